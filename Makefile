@@ -1,0 +1,60 @@
+# reshape — set-up and checks. `make run` and `make test` are all a fresh machine needs.
+SHELL := /bin/bash
+PYTHON_VERSION := $(shell cat .python-version)
+# pyenv's shim (or any python3.12 on PATH) provides the interpreter named in .python-version.
+PYTHON ?= $(shell command -v python$(PYTHON_VERSION) || echo python3)
+VENV := .venv
+BIN := $(VENV)/bin
+LISTEN ?= 127.0.0.1:8080
+ADMIN ?= 127.0.0.1:9464
+POLICY ?= policies/default.yaml
+CONFDIR ?= $(HOME)/.reshape
+PYTEST_ARGS ?=
+
+.PHONY: run test check lint venv test-deps system-deps lock clean
+
+run: $(VENV)/.installed
+	$(BIN)/reshape ca init --confdir $(CONFDIR)
+	$(BIN)/reshape run --listen $(LISTEN) --admin $(ADMIN) --policy $(POLICY) --confdir $(CONFDIR)
+
+venv: $(VENV)/.installed
+
+# The same three install steps run in the Dockerfile.
+$(VENV)/.installed: requirements.lock pyproject.toml .python-version
+	@$(PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; \
+	  sys.exit(0 if v == "$(PYTHON_VERSION)" else "need Python $(PYTHON_VERSION), $(PYTHON) is " + v)'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -r requirements.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $@
+
+$(VENV)/.test-installed: $(VENV)/.installed requirements-test.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -r requirements-test.lock
+	touch $@
+
+system-deps:
+	bash tests/install-system-deps.sh
+
+test-deps: $(VENV)/.test-installed system-deps
+
+test: test-deps lint
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.test-installed
+	$(BIN)/ruff check proxy addons certs tests bench
+	$(BIN)/mypy
+
+# Re-resolve the pins in pyproject.toml into the lock files (needs the package registry).
+lock:
+	rm -rf /tmp/reshape-lock && $(PYTHON) -m venv /tmp/reshape-lock
+	/tmp/reshape-lock/bin/pip install --quiet .
+	/tmp/reshape-lock/bin/pip uninstall --quiet -y reshape
+	{ echo "# Resolved runtime dependencies of reshape. Regenerate: make lock"; \
+	  /tmp/reshape-lock/bin/pip freeze | LC_ALL=C sort -f; } > requirements.lock
+	/tmp/reshape-lock/bin/pip install --quiet -c requirements.lock .[test]
+	/tmp/reshape-lock/bin/pip uninstall --quiet -y reshape
+	{ echo "# Resolved test dependencies, installed with -c requirements.lock. Regenerate: make lock"; \
+	  /tmp/reshape-lock/bin/pip freeze | LC_ALL=C sort -f | LC_ALL=C comm -13 <(grep -v '^#' requirements.lock) -; } > requirements-test.lock
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""One mitmproxy addon per reshaping behaviour."""

@@ -1,0 +1,1 @@
+"""CA tooling: create, load, check and describe the interception CA."""

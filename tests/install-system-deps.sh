@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the test suite drives (real origins, real clients), only when missing.
+set -euo pipefail
+
+# command → Debian package
+declare -A wanted=(
+  [curl]=curl
+  [nginx]=nginx-light
+  [chromium]=chromium
+  [certutil]=libnss3-tools
+  [tshark]=tshark
+  [prometheus]=prometheus
+  [node]=nodejs
+  [npm]=npm
+)
+
+missing=()
+for cmd in "${!wanted[@]}"; do
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("${wanted[$cmd]}")
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+  echo "install-system-deps: missing ${missing[*]}; run as root or install them: apt-get install ${missing[*]}" >&2
+  exit 1
+fi
+echo "install-system-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# tshark asks whether non-root users may capture; the default answer is fine.
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
