@@ -1,0 +1,1 @@
+"""Benchmarks and the page-load lab (see bench/README.md)."""
