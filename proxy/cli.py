@@ -1,0 +1,203 @@
+"""The `reshape` command line: run, ca init|show, policy check."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+import proxy
+from proxy import config as defaults
+from proxy.addresses import parse_listen_address
+from proxy.config import RunConfig
+from proxy.errors import ReshapeError, UsageError
+
+log = logging.getLogger("reshape")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="reshape",
+        description="A forward proxy that reshapes browser-origin traffic.",
+    )
+    parser.add_argument("--version", action="version", version=f"reshape {proxy.__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="start the proxy")
+    run.add_argument(
+        "--listen",
+        default=defaults.DEFAULT_LISTEN,
+        metavar="HOST:PORT",
+        help="proxy address (default %(default)s)",
+    )
+    run.add_argument(
+        "--admin",
+        default=defaults.DEFAULT_ADMIN,
+        metavar="HOST:PORT",
+        help="admin endpoint: /metrics /healthz /proxy.pac /ca.pem (default %(default)s)",
+    )
+    run.add_argument(
+        "--policy",
+        type=Path,
+        default=defaults.DEFAULT_POLICY,
+        metavar="FILE",
+        help="policy file (default %(default)s)",
+    )
+    _confdir(run)
+    run.add_argument(
+        "--upstream-ca",
+        type=Path,
+        metavar="FILE",
+        help="extra CA bundle (PEM) trusted for origins, besides the system store",
+    )
+    run.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="proxy processes sharing the listen port (default 1)",
+    )
+    run.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=defaults.DEFAULT_DRAIN_SECONDS,
+        metavar="S",
+        help="on SIGTERM, wait at most S seconds for requests in flight",
+    )
+
+    ca = commands.add_parser("ca", help="the interception CA")
+    ca_commands = ca.add_subparsers(dest="ca_command", required=True, metavar="ACTION")
+    _confdir(ca_commands.add_parser("init", help="create the CA, or reuse the one in confdir"))
+    show = ca_commands.add_parser("show", help="path, fingerprint and how to trust the CA")
+    _confdir(show)
+    show.add_argument(
+        "--admin",
+        default=defaults.DEFAULT_ADMIN,
+        metavar="HOST:PORT",
+        help="admin address to mention for downloading /ca.pem",
+    )
+
+    policy = commands.add_parser("policy", help="policy files")
+    policy_commands = policy.add_subparsers(dest="policy_command", required=True, metavar="ACTION")
+    check = policy_commands.add_parser("check", help="validate a policy file")
+    check.add_argument("file", type=Path)
+
+    worker = commands.add_parser("_worker")  # started by the supervisor; not for people
+    worker.add_argument("index", type=int)
+    return parser
+
+
+def _confdir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--confdir",
+        type=Path,
+        default=defaults.DEFAULT_CONFDIR,
+        metavar="DIR",
+        help="CA and state directory (default %(default)s)",
+    )
+
+
+def run_config(args: argparse.Namespace) -> RunConfig:
+    if args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {args.workers}")
+    if args.drain_seconds < 0:
+        raise UsageError(f"--drain-seconds must not be negative, got {args.drain_seconds}")
+    return RunConfig(
+        listen=parse_listen_address(args.listen, option="--listen"),
+        admin=parse_listen_address(args.admin, option="--admin"),
+        policy_path=args.policy,
+        confdir=args.confdir.expanduser(),
+        upstream_ca=args.upstream_ca,
+        workers=args.workers,
+        drain_seconds=args.drain_seconds,
+    )
+
+
+def _run(args: argparse.Namespace) -> None:
+    import uvloop
+
+    from proxy.runtime import setup_logging
+
+    config = run_config(args)
+    setup_logging()
+    if config.workers > 1:
+        from proxy.supervisor import serve_supervised
+
+        uvloop.run(serve_supervised(config))
+    else:
+        from proxy.serve import serve_single
+
+        uvloop.run(serve_single(config))
+
+
+def _worker(args: argparse.Namespace) -> None:
+    import uvloop
+
+    from proxy.runtime import setup_logging
+    from proxy.serve import serve_worker
+
+    setup_logging()
+    uvloop.run(serve_worker(args.index))
+
+
+def _ca(args: argparse.Namespace) -> None:
+    from certs.authority import init_ca, load_ca, trust_instructions
+
+    confdir = args.confdir.expanduser()
+    if args.ca_command == "init":
+        ca, created = init_ca(confdir)
+        print(f"{'created' if created else 'reusing'} CA {ca.cert_path}")
+        print(f"SHA-256 {ca.sha256_fingerprint}")
+        return
+    ca = load_ca(confdir)
+    admin = parse_listen_address(args.admin, option="--admin")
+    print(f"certificate: {ca.cert_path}")
+    print(f"key:         {ca.key_path} (never share it)")
+    print(f"subject:     {ca.subject}")
+    print(f"SHA-256:     {ca.sha256_fingerprint}")
+    print()
+    print(trust_instructions(ca, f"http://{admin}"))
+
+
+def _policy(args: argparse.Namespace) -> None:
+    from proxy.policy.loader import load_policy_file
+
+    policy_file = load_policy_file(args.file)
+    print(
+        f"{args.file}: ok — default {policy_file.default!r}, {len(policy_file.policies)} policies, "
+        f"{len(policy_file.rules)} rules, {len(policy_file.experiments)} experiments"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    handlers = {"run": _run, "_worker": _worker, "ca": _ca, "policy": _policy}
+    try:
+        handlers[args.command](args)
+    except ReshapeError as e:
+        for line in str(e).splitlines():
+            print(f"reshape: error: {line}", file=sys.stderr)
+        return e.exit_status
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # e.g. `reshape ca show | head`
+        sys.stderr.close()
+        return 0
+    except Exception as e:  # a bug: say so in one line; the traceback only on request
+        if os.environ.get("RESHAPE_DEBUG"):
+            traceback.print_exc()
+        print(
+            f"reshape: internal error: {type(e).__name__}: {e} "
+            "(set RESHAPE_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 70
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""What `reshape run` was asked to do, checked once at start-up."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from proxy.addresses import ListenAddress
+
+DEFAULT_LISTEN = "127.0.0.1:8080"
+DEFAULT_ADMIN = "127.0.0.1:9464"
+DEFAULT_POLICY = Path("policies/default.yaml")
+DEFAULT_CONFDIR = Path("~/.reshape")
+DEFAULT_DRAIN_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    listen: ListenAddress
+    admin: ListenAddress
+    policy_path: Path
+    confdir: Path
+    upstream_ca: Path | None
+    workers: int
+    drain_seconds: float

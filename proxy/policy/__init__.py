@@ -1,0 +1,1 @@
+"""Policies: the YAML file's typed schema, its loader, and the choice of a policy per request."""

@@ -1,0 +1,117 @@
+"""The policy file's schema, defined once, in typed code.
+
+Each class is one mapping in the YAML file; each `knob()` is one key, with its type, default and
+meaning. policies/README.md documents every key (a test checks it against these classes).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from proxy.policy.decode import knob
+
+
+def _cidr(value: str) -> str | None:
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        return f"expected a CIDR network such as 10.0.0.0/8, got {value!r}"
+    return None
+
+
+def _glob(value: str) -> str | None:
+    return None if value else "expected a non-empty glob pattern"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A named bundle of knobs; an empty mapping `{}` means plain proxying."""
+
+
+@dataclass(frozen=True)
+class RuleMatch:
+    """Conditions of a rule; every key given must match."""
+
+    client: str | None = knob(
+        None, doc="Client address network (CIDR), e.g. 10.0.0.0/8.", check=_cidr
+    )
+    user_agent: str | None = knob(
+        None, doc="Glob on the request's User-Agent, e.g. '*Firefox/*'.", check=_glob
+    )
+    destination: str | None = knob(
+        None, doc="Glob on the destination host name, e.g. '*.example.com'.", check=_glob
+    )
+
+    def matches(self, client_ip: str, user_agent: str, destination: str) -> bool:
+        if self.client is not None:
+            try:
+                address = ipaddress.ip_address(client_ip.removeprefix("::ffff:"))
+            except ValueError:
+                return False
+            if address not in ipaddress.ip_network(self.client, strict=False):
+                return False
+        if self.user_agent is not None and not fnmatch.fnmatchcase(user_agent, self.user_agent):
+            return False
+        return self.destination is None or fnmatch.fnmatchcase(
+            destination.lower(), self.destination.lower()
+        )
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Selects `policy` for requests that match; the first matching rule wins."""
+
+    match: RuleMatch = knob(doc="The conditions (client, user_agent, destination).")
+    policy: str = knob(doc="Name of a policy under `policies`.")
+
+
+def _unit(value: str) -> str | None:
+    if value == "client_ip" or (value.startswith("header:") and len(value) > len("header:")):
+        return None
+    if value == "cookie":
+        return "unit 'cookie' is not supported by this version yet; use client_ip or header:NAME"
+    return f"expected client_ip or header:NAME, got {value!r}"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of an experiment."""
+
+    policy: str = knob(doc="Name of a policy under `policies`.")
+    weight: int = knob(doc="Relative share of units assigned to this arm.", minimum=0)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """An A/B experiment: units (clients) are assigned to arms by a salted hash."""
+
+    name: str = knob(doc="Experiment name; becomes part of the `arm` metric label.", check=_glob)
+    unit: str = knob(
+        doc="What is assigned to an arm: client_ip, or header:NAME (a request header's value).",
+        check=_unit,
+    )
+    arms: Mapping[str, Arm] = knob(doc="Arms by name, each with a policy and a weight.")
+    salt: str = knob("", doc="Changes the assignment without renaming the experiment.")
+    match: RuleMatch | None = knob(
+        None, doc="Limit the experiment to matching requests (same keys as a rule's match)."
+    )
+
+
+@dataclass(frozen=True)
+class PolicyFile:
+    """The whole file."""
+
+    version: Literal[1] = knob(doc="Schema version; must be 1.")
+    default: str = knob(doc="The policy used when no rule or experiment applies.")
+    policies: Mapping[str, Policy] = knob(doc="Named bundles of knobs.")
+    rules: tuple[Rule, ...] = knob(
+        default_factory=tuple, doc="Ordered rules choosing a policy per request."
+    )
+    experiments: tuple[Experiment, ...] = knob(
+        default_factory=tuple,
+        doc="A/B experiments; the first one whose `match` applies assigns an arm.",
+    )

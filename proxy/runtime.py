@@ -1,0 +1,174 @@
+"""Process start-up: prepare (policy, CA, trust), run one proxy process, shut down gracefully.
+
+Where bytes enter: mitmproxy's listener on `config.listen` (ProxyProcess). Which module decides:
+the addons added in `ProxyProcess.__init__`, in order. Where bytes leave: mitmproxy's server
+connections (and, with later issues, reshape's upstream engine).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import mitmproxy.version
+from mitmproxy import addons as mitm_addons
+from mitmproxy import options
+from mitmproxy.master import Master
+from mitmproxy.utils import asyncio_utils
+
+import proxy
+from certs.authority import CertificateAuthority, init_ca
+from proxy import metrics, mitm_patches
+from proxy.addresses import ListenAddress
+from proxy.config import RunConfig
+from proxy.errors import ReshapeError
+from proxy.policy.chooser import PolicyChooser
+from proxy.policy.loader import load_policy_file
+from proxy.policy.schema import PolicyFile
+from proxy.policy.selection import label_values
+from proxy.telemetry import Telemetry
+from proxy.upstream_trust import write_trust_bundle
+
+log = logging.getLogger("reshape")
+
+# mitmproxy logs every client connect/disconnect at INFO; reshape logs start-up facts and errors.
+_QUIET_LOGGERS = ("mitmproxy.proxy.server", "mitmproxy.proxy.mode_servers")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything checked before any socket is opened."""
+
+    policy_file: PolicyFile
+    ca: CertificateAuthority
+    ca_created: bool
+    trust_bundle: Path
+
+
+def prepare(config: RunConfig) -> Prepared:
+    policy_file = load_policy_file(config.policy_path)
+    ca, created = init_ca(config.confdir)
+    trust_bundle = write_trust_bundle(config.confdir, config.upstream_ca)
+    return Prepared(policy_file, ca, created, trust_bundle)
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
+    )
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def stop_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT (Ctrl-C)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+class ProxyProcess:
+    """One mitmproxy master with reshape's addons, listening on `listen`."""
+
+    def __init__(
+        self, listen: ListenAddress, confdir: Path, prepared: Prepared, *, reuse_port: bool
+    ) -> None:
+        if reuse_port:
+            mitm_patches.listen_with_reuse_port()
+        self.listen = listen
+        self.telemetry = Telemetry()
+        self.master = Master(options.Options(), with_termlog=False)
+        self.master.addons.add(*mitm_addons.default_addons())
+        self.master.addons.add(PolicyChooser(prepared.policy_file), self.telemetry)
+        self.master.options.update(
+            listen_host=listen.host,
+            listen_port=listen.port,
+            confdir=str(confdir),
+            ssl_verify_upstream_trusted_ca=str(prepared.trust_bundle),
+            onboarding=False,  # the admin endpoint serves the CA instead of mitm.it
+            # Request bodies above this stream to the origin instead of being held whole.
+            stream_large_bodies="1m",
+        )
+        metrics.precreate(label_values(prepared.policy_file))
+        metrics.build_info.labels(proxy.__version__, mitmproxy.version.VERSION).set(1)
+        self._exception_handler = contextlib.ExitStack()
+
+    @property
+    def proxyserver(self):  # mitmproxy.addons.proxyserver.Proxyserver
+        return self.master.addons.get("proxyserver")
+
+    async def start(self) -> ListenAddress:
+        """Listen and run; a ReshapeError (e.g. port in use) if the listener cannot start."""
+        self._exception_handler.enter_context(
+            asyncio_utils.install_exception_handler(self.master._asyncio_exception_handler)
+        )
+        self._exception_handler.enter_context(asyncio_utils.set_eager_task_factory())
+        ok = await self.proxyserver.setup_servers()
+        instances = list(self.proxyserver.servers)
+        if not ok or not instances or not instances[0].is_running:
+            reason = next(
+                (str(i.last_exception) for i in instances if i.last_exception), "unknown error"
+            )
+            self._exception_handler.close()
+            raise ReshapeError(f"cannot listen on {self.listen}: {_strip_mitmproxy_hint(reason)}")
+        await self.master.running()
+        host, port = self.proxyserver.listen_addrs()[0][:2]
+        return ListenAddress(host, port)
+
+    @property
+    def is_listening(self) -> bool:
+        return any(instance.is_running for instance in self.proxyserver.servers)
+
+    async def stop(self, drain_seconds: float) -> None:
+        """Stop accepting, let requests in flight finish (at most `drain_seconds`), shut down."""
+        for instance in list(self.proxyserver.servers):
+            if instance.is_running:
+                await instance.stop()
+        deadline = time.monotonic() + drain_seconds
+        while self.telemetry.in_flight > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if self.telemetry.in_flight:
+            log.warning(
+                "drain timed out; abandoning %d requests in flight", self.telemetry.in_flight
+            )
+        await self.master.done()
+        self._exception_handler.close()
+
+
+def _strip_mitmproxy_hint(reason: str) -> str:
+    # mitmproxy appends "Try specifying a different port by using `--mode ...`": not our CLI.
+    first = reason.split("\n", 1)[0]
+    return first.split(" with ", 1)[1] if " with " in first else first
+
+
+def log_startup(
+    config: RunConfig, prepared: Prepared, listen: ListenAddress, admin: ListenAddress
+) -> None:
+    ca = prepared.ca
+    log.info("reshape %s (mitmproxy %s)", proxy.__version__, mitmproxy.version.VERSION)
+    log.info("proxy listening on %s", listen)
+    log.info("admin endpoint on http://%s (/metrics /healthz /proxy.pac /ca.pem)", admin)
+    log.info(
+        "CA %s %s, SHA-256 %s",
+        "created" if prepared.ca_created else "loaded",
+        ca.cert_path,
+        ca.sha256_fingerprint,
+    )
+    log.info(
+        "policy file %s: default %r, %d policies, %d rules, %d experiments",
+        config.policy_path,
+        prepared.policy_file.default,
+        len(prepared.policy_file.policies),
+        len(prepared.policy_file.rules),
+        len(prepared.policy_file.experiments),
+    )
+    log.info("origins verified against %s", prepared.trust_bundle)
+    if config.workers > 1:
+        log.info("%d worker processes share the listen port (SO_REUSEPORT)", config.workers)

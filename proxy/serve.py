@@ -1,0 +1,116 @@
+"""`reshape run` with one process, and the body of each worker process when there are several."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import signal
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from proxy.addresses import ListenAddress
+from proxy.admin import AdminContent, AdminServer
+from proxy.config import RunConfig
+from proxy.errors import ReshapeError
+from proxy.runtime import Prepared, ProxyProcess, log_startup, prepare, stop_signals
+
+log = logging.getLogger("reshape")
+
+WORKER_CONFIG_ENV = "RESHAPE_WORKER_CONFIG"
+WORKER_READY = b"reshape-worker-ready\n"
+
+
+async def start_admin(
+    config: RunConfig, content: AdminContent
+) -> tuple[AdminServer, ListenAddress]:
+    admin = AdminServer(config.admin, content)
+    try:
+        return admin, await admin.start()
+    except OSError as e:
+        raise ReshapeError(f"cannot listen on admin {config.admin}: {e.strerror or e}") from None
+
+
+def local_admin_content(
+    config: RunConfig, prepared: Prepared, process: ProxyProcess
+) -> AdminContent:
+    return AdminContent(
+        proxy_address=config.listen,
+        ca_pem=prepared.ca.cert_pem(),
+        render_metrics=lambda: (generate_latest(REGISTRY), CONTENT_TYPE_LATEST),
+        is_healthy=lambda: process.is_listening,
+    )
+
+
+async def serve_single(config: RunConfig) -> None:
+    prepared = prepare(config)
+    process = ProxyProcess(config.listen, config.confdir, prepared, reuse_port=False)
+    admin, admin_address = await start_admin(config, local_admin_content(config, prepared, process))
+    try:
+        listen = await process.start()
+    except ReshapeError:
+        await admin.stop()
+        raise
+    if listen != config.listen:  # port 0 → the PAC file must name the real port
+        admin.content = local_admin_content(
+            RunConfig(**{**asdict(config), "listen": listen}), prepared, process
+        )
+    log_startup(config, prepared, listen, admin_address)
+    await stop_signals().wait()
+    log.info(
+        "stopping: no new connections; draining requests in flight (%.0f s at most)",
+        config.drain_seconds,
+    )
+    await process.stop(config.drain_seconds)
+    await admin.stop()
+    log.info("stopped")
+
+
+def worker_environment(config: RunConfig) -> dict[str, str]:
+    """The environment entry that hands a worker its configuration."""
+    data = asdict(config)
+    data["listen"] = str(config.listen)
+    data["admin"] = str(config.admin)
+    return {WORKER_CONFIG_ENV: json.dumps(data, default=str)}
+
+
+def worker_config() -> RunConfig:
+    from proxy.addresses import parse_listen_address
+
+    data = json.loads(os.environ[WORKER_CONFIG_ENV])
+    return RunConfig(
+        listen=parse_listen_address(data["listen"], option="--listen"),
+        admin=parse_listen_address(data["admin"], option="--admin"),
+        policy_path=Path(data["policy_path"]),
+        confdir=Path(data["confdir"]),
+        upstream_ca=Path(data["upstream_ca"]) if data["upstream_ca"] else None,
+        workers=data["workers"],
+        drain_seconds=data["drain_seconds"],
+    )
+
+
+def die_with_parent() -> None:
+    """Ask Linux to send SIGTERM to this worker if the supervisor dies without stopping it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_pdeathsig = 1
+    libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() == 1:  # the supervisor died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+async def serve_worker(index: int) -> None:
+    """One of N processes sharing the listen port; the supervisor serves /metrics for all."""
+    die_with_parent()
+    config = worker_config()
+    prepared = prepare(config)
+    process = ProxyProcess(config.listen, config.confdir, prepared, reuse_port=True)
+    await process.start()
+    log.info("worker %d (pid %d) listening on %s", index, os.getpid(), config.listen)
+    sys.stdout.buffer.write(WORKER_READY)
+    sys.stdout.buffer.flush()
+    await stop_signals().wait()
+    await process.stop(config.drain_seconds)

@@ -1,0 +1,97 @@
+"""A mitmproxy addon that records the base metrics and logs each failed request in one line.
+
+It also counts requests in flight, which the graceful shutdown waits on.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from mitmproxy import connection, http
+from mitmproxy.proxy import server_hooks
+
+from proxy import metrics
+from proxy.policy.chooser import selection_of
+
+log = logging.getLogger("reshape.traffic")
+
+
+def client_proto(flow: http.HTTPFlow) -> str:
+    return "h2" if flow.request.http_version.startswith("HTTP/2") else "h1"
+
+
+def upstream_proto(server: connection.Server) -> str:
+    return "h2" if server.alpn == b"h2" else "h1"
+
+
+class ByteCounter:
+    """A `response.stream` callable: passes chunks through unchanged, counting their bytes."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, chunk: bytes) -> bytes:
+        self.count += len(chunk)
+        return chunk
+
+
+class Telemetry:
+    def __init__(self) -> None:
+        self.in_flight = 0
+
+    def client_connected(self, client: connection.Client) -> None:
+        metrics.client_connections_total.inc()
+        metrics.client_connections_active.inc()
+
+    def client_disconnected(self, client: connection.Client) -> None:
+        metrics.client_connections_active.dec()
+
+    def server_connected(self, data: server_hooks.ServerConnectionHookData) -> None:
+        metrics.upstream_connections_opened_total.labels(upstream_proto(data.server)).inc()
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        self.in_flight += 1
+        flow.metadata["reshape.in_flight"] = True
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        response = flow.response
+        assert response is not None
+        selection = selection_of(flow)
+        if flow.request.timestamp_end and response.timestamp_start:
+            metrics.transaction_seconds.labels(selection.policy_name, selection.arm).observe(
+                max(0.0, response.timestamp_start - flow.request.timestamp_end)
+            )
+        # Stream every body: the proxy never holds a whole response, whatever its size.
+        if not response.stream:
+            response.stream = ByteCounter()
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        response = flow.response
+        assert response is not None
+        selection = selection_of(flow)
+        if isinstance(response.stream, ByteCounter):
+            body_bytes = response.stream.count
+        else:
+            body_bytes = len(response.raw_content or b"")
+        metrics.response_bytes_total.labels(selection.policy_name, selection.arm).inc(body_bytes)
+        self._finish(flow, "ok")
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        client_gone = flow.client_conn.timestamp_end is not None
+        outcome = "client_aborted" if client_gone else "upstream_error"
+        if not client_gone:
+            log.warning(
+                "%s %s failed: %s", flow.request.method, flow.request.pretty_url, flow.error
+            )
+        self._finish(flow, outcome)
+
+    def _finish(self, flow: http.HTTPFlow, outcome: str) -> None:
+        if not flow.metadata.pop("reshape.in_flight", False):
+            return  # a response after an error, or a flow we never saw begin
+        self.in_flight -= 1
+        selection = selection_of(flow)
+        metrics.requests_total.labels(
+            selection.policy_name, selection.arm, client_proto(flow), outcome
+        ).inc()
