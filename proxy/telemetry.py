@@ -9,6 +9,7 @@ import logging
 
 from mitmproxy import connection, http
 from mitmproxy.proxy import server_hooks
+from mitmproxy.proxy.layers import tls
 
 from proxy import metrics
 from proxy.policy.chooser import selection_of
@@ -49,7 +50,13 @@ class Telemetry:
         metrics.client_connections_active.dec()
 
     def server_connected(self, data: server_hooks.ServerConnectionHookData) -> None:
-        metrics.upstream_connections_opened_total.labels(upstream_proto(data.server)).inc()
+        # A TLS connection's protocol is known only once ALPN is done: counted below.
+        if not data.server.tls:
+            metrics.upstream_connections_opened_total.labels("h1").inc()
+
+    def tls_established_server(self, data: tls.TlsData) -> None:
+        assert isinstance(data.conn, connection.Server)
+        metrics.upstream_connections_opened_total.labels(upstream_proto(data.conn)).inc()
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         self.in_flight += 1
