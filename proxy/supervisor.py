@@ -33,8 +33,10 @@ from proxy.serve import WORKER_READY, start_admin, worker_environment
 log = logging.getLogger("reshape.supervisor")
 
 READY_TIMEOUT = 30.0
-# A worker that dies this soon after starting is failing, not crashing once: stop restarting it.
+# A worker that dies this soon after starting, this many times in a row, is failing at start-up,
+# not crashing once: the supervisor gives up instead of restarting it forever.
 CRASH_LOOP_SECONDS = 5.0
+CRASH_LOOP_LIMIT = 3
 
 
 def claim_port(address: ListenAddress) -> ListenAddress:
@@ -65,6 +67,7 @@ class Supervisor:
         self.config = config
         self.metrics_dir = metrics_dir
         self.workers: dict[int, Worker] = {}
+        self.quick_deaths: dict[int, int] = {}  # worker index → consecutive early deaths
         self.registry = CollectorRegistry()
         MultiProcessCollector(self.registry, path=metrics_dir)
 
@@ -131,8 +134,16 @@ class Supervisor:
                     worker.process.returncode,
                     lived,
                 )
-                if lived < CRASH_LOOP_SECONDS:
-                    raise ReshapeError(f"worker {worker.index} keeps failing; stopping")
+                quick = (
+                    self.quick_deaths.get(worker.index, 0) + 1 if lived < CRASH_LOOP_SECONDS else 0
+                )
+                self.quick_deaths[worker.index] = quick
+                if quick >= CRASH_LOOP_LIMIT:
+                    raise ReshapeError(
+                        f"worker {worker.index} died {quick} times within "
+                        f"{CRASH_LOOP_SECONDS:.0f} s of starting; stopping"
+                    )
+                await asyncio.sleep(0.5 * quick)  # back off while it keeps dying young
                 await self.spawn(worker.index)
                 log.info("worker %d restarted", worker.index)
 

@@ -1,0 +1,25 @@
+"""policies/README.md documents every key of the schema, and its examples are valid files."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from proxy.policy.decode import schema_keys
+from proxy.policy.loader import parse_policy_text
+from proxy.policy.schema import PolicyFile
+
+README = Path(__file__).resolve().parents[1] / "policies" / "README.md"
+
+
+def test_every_schema_key_is_documented() -> None:
+    text = README.read_text()
+    missing = [path for path, _ in schema_keys(PolicyFile) if f"`{path}`" not in text]
+    assert not missing, f"policies/README.md does not document: {missing}"
+
+
+def test_yaml_examples_are_valid() -> None:
+    examples = re.findall(r"```yaml\n(.*?)```", README.read_text(), re.S)
+    assert examples
+    for example in examples:
+        parse_policy_text(example, README)
