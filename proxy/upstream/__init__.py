@@ -1,0 +1,1 @@
+"""reshape's upstream engine: one shared pool of origin connections per proxy process."""

@@ -1,0 +1,1208 @@
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from proxy.upstream.pool import (
+    MAX_ATTEMPTS,
+    Action,
+    Assign,
+    AssignKind,
+    Close,
+    CloseReason,
+    Fail,
+    FailReason,
+    HostPool,
+    Open,
+    PoolKey,
+    PoolLimits,
+    Proto,
+    Reject,
+    RejectReason,
+    Retry,
+)
+
+KEY = PoolKey("http", "origin.test", 80, None)
+HTTPS_KEY = PoolKey("https", "origin.test", 443, "origin.test")
+NEW, REUSED, PIPELINED, MULTIPLEXED = (
+    AssignKind.NEW,
+    AssignKind.REUSED,
+    AssignKind.PIPELINED,
+    AssignKind.MULTIPLEXED,
+)
+H1, H2 = Proto.H1, Proto.H2
+
+
+def limits(**overrides: object) -> PoolLimits:
+    base: dict[str, object] = {
+        "max_connections": 1,
+        "max_queue": 10,
+        "queue_timeout": 5.0,
+        "idle_timeout": 30.0,
+        "pipeline_depth": 0,
+        "http2": True,
+    }
+    return PoolLimits(**{**base, **overrides})  # type: ignore[arg-type]
+
+
+def make(**overrides: object) -> HostPool:
+    return HostPool(KEY, limits(**overrides))
+
+
+def busy_h1(pool: HostPool, conns: int, *, idempotent: bool = True) -> None:
+    """Open `conns` HTTP/1.1 connections, each carrying one request (waiters 101, 102, ...)."""
+    for n in range(conns):
+        pool.request(101 + n, 0.0, idempotent=idempotent)
+    for n in range(conns):
+        pool.connection_ready(n + 1, H1, 0.0)
+    assert pool.in_flight == conns and pool.queued == 0
+
+
+# -- rule 1: HTTP/2 streams
+
+
+def test_h2_multiplexes_up_to_max_streams() -> None:
+    pool = make()
+    assert pool.request(1, 0.0, idempotent=True) == [Open(1)]
+    assert pool.request(2, 0.0, idempotent=False) == []
+    assert pool.request(3, 0.0, idempotent=True) == []
+    assert pool.connection_ready(1, H2, 0.5, max_streams=2) == [
+        Assign(1, 1, NEW, 0.5),
+        Assign(2, 1, MULTIPLEXED, 0.5),
+    ]
+    assert pool.request_done(1, 1, 1.0, reusable=True) == [Assign(3, 1, MULTIPLEXED, 1.0)]
+    assert pool.request_done(1, 2, 1.0, reusable=True) == []
+    assert pool.request_done(1, 3, 1.0, reusable=True) == []
+    assert pool.request(4, 2.0, idempotent=True) == [Assign(4, 1, REUSED, 0.0)]
+
+
+def test_h2_stream_is_preferred_to_an_idle_h1_connection() -> None:
+    pool = make(max_connections=2)
+    pool.request(1, 0.0, idempotent=True)
+    pool.request(2, 0.0, idempotent=True)
+    assert pool.connection_ready(1, H1, 0.0) == [Assign(1, 1, NEW, 0.0)]
+    assert pool.connection_ready(2, H2, 0.0, max_streams=5) == [Assign(2, 2, NEW, 0.0)]
+    pool.request_done(1, 1, 1.0, reusable=True)
+    assert pool.request(3, 1.0, idempotent=True) == [Assign(3, 2, MULTIPLEXED, 0.0)]
+
+
+def test_max_streams_changed_raises_and_lowers_capacity() -> None:
+    pool = make()
+    for w in (1, 2, 3):
+        pool.request(w, 0.0, idempotent=True)
+    assert pool.connection_ready(1, H2, 0.0, max_streams=1) == [Assign(1, 1, NEW, 0.0)]
+    assert pool.max_streams_changed(1, 3, 1.0) == [
+        Assign(2, 1, MULTIPLEXED, 1.0),
+        Assign(3, 1, MULTIPLEXED, 1.0),
+    ]
+    assert pool.max_streams_changed(1, 1, 2.0) == []
+    pool.request_done(1, 1, 2.0, reusable=True)
+    # Two streams still in flight above the new limit of one: nothing new on it.
+    assert pool.request(4, 2.0, idempotent=True) == []
+    pool.request_done(1, 2, 3.0, reusable=True)
+    assert pool.request_done(1, 3, 3.0, reusable=True) == [Assign(4, 1, REUSED, 1.0)]
+
+
+def test_goaway_takes_no_new_streams_and_closes_when_drained() -> None:
+    pool = make()
+    pool.request(1, 0.0, idempotent=True)
+    pool.connection_ready(1, H2, 0.0, max_streams=100)
+    assert pool.goaway(1, 1.0) == []
+    assert pool.request(2, 1.0, idempotent=True) == []  # the draining connection holds the cap
+    assert pool.request_done(1, 1, 2.0, reusable=True) == [Close(1, CloseReason.GOAWAY), Open(2)]
+    assert pool.connection_ready(2, H2, 2.5) == [Assign(2, 2, NEW, 1.5)]
+
+
+def test_goaway_on_an_idle_connection_closes_it_at_once() -> None:
+    pool = make()
+    pool.request(1, 0.0, idempotent=True)
+    pool.connection_ready(1, H2, 0.0, max_streams=100)
+    pool.request_done(1, 1, 0.0, reusable=True)
+    assert pool.goaway(1, 1.0) == [Close(1, CloseReason.GOAWAY)]
+    assert pool.active_connections == 0
+
+
+# -- rule 2: idle HTTP/1.1 connections
+
+
+def test_idle_h1_connection_is_reused() -> None:
+    pool = make()
+    assert pool.request(1, 0.0, idempotent=True) == [Open(1)]
+    assert pool.connection_ready(1, H1, 0.25) == [Assign(1, 1, NEW, 0.25)]
+    assert pool.request_done(1, 1, 1.0, reusable=True) == []
+    assert pool.request(2, 2.0, idempotent=False) == [Assign(2, 1, REUSED, 0.0)]
+
+
+def test_the_most_recently_used_idle_connection_is_preferred() -> None:
+    pool = make(max_connections=3)
+    busy_h1(pool, 3)
+    pool.request_done(2, 102, 1.0, reusable=True)
+    pool.request_done(3, 103, 3.0, reusable=True)
+    pool.request_done(1, 101, 2.0, reusable=True)
+    assert pool.request(1, 4.0, idempotent=True) == [Assign(1, 3, REUSED, 0.0)]
+    assert pool.request(2, 4.0, idempotent=True) == [Assign(2, 1, REUSED, 0.0)]
+
+
+def test_not_reusable_connection_closes_when_nothing_is_in_flight() -> None:
+    pool = make(pipeline_depth=3)
+    busy_h1(pool, 1)
+    assert pool.request(1, 0.0, idempotent=True) == [Assign(1, 1, PIPELINED, 0.0)]
+    assert pool.request(2, 0.0, idempotent=True) == [Assign(2, 1, PIPELINED, 0.0)]
+    # The first response says "Connection: close": the two behind it still finish.
+    assert pool.request_done(1, 101, 1.0, reusable=False) == []
+    assert pool.request(3, 1.0, idempotent=True) == []  # no more on the closing connection
+    assert pool.request_done(1, 1, 1.5, reusable=True) == []
+    assert pool.request_done(1, 2, 2.0, reusable=True) == [
+        Close(1, CloseReason.NOT_REUSABLE),
+        Open(2),
+    ]
+
+
+# -- rule 3: opening connections
+
+
+@pytest.mark.parametrize(
+    ("max_connections", "waiters", "opens"),
+    [(1, 1, 1), (1, 3, 1), (4, 3, 3), (4, 6, 4)],
+)
+def test_one_open_per_waiter_up_to_the_cap(max_connections: int, waiters: int, opens: int) -> None:
+    pool = make(max_connections=max_connections)
+    actions = [a for w in range(waiters) for a in pool.request(w, 0.0, idempotent=True)]
+    assert actions == [Open(n + 1) for n in range(opens)]
+    assert pool.active_connections == opens and pool.queued == waiters
+
+
+def test_a_connect_under_way_is_capacity_for_the_next_waiter() -> None:
+    pool = make(max_connections=4)
+    assert pool.request(1, 0.0, idempotent=True) == [Open(1)]
+    assert pool.cancel(1, 0.1) == []
+    assert pool.request(2, 0.5, idempotent=True) == []  # connection 1 is coming for it
+    assert pool.connection_ready(1, H1, 1.0) == [Assign(2, 1, NEW, 0.5)]
+
+
+def test_a_full_h2_connection_is_waited_for_not_added_to() -> None:
+    pool = make(max_connections=4)
+    pool.request(1, 0.0, idempotent=True)
+    pool.connection_ready(1, H2, 0.0, max_streams=1)
+    assert pool.request(2, 0.0, idempotent=True) == []
+    assert pool.request(3, 0.0, idempotent=True) == []
+    assert pool.request_done(1, 1, 1.0, reusable=True) == [Assign(2, 1, REUSED, 1.0)]
+
+
+@pytest.mark.parametrize(("http2", "opens"), [(True, 1), (False, 3)])
+def test_a_known_h2_origin_gets_one_connect_at_a_time(http2: bool, opens: int) -> None:
+    pool = make(max_connections=4, http2=http2)
+    pool.request(1, 0.0, idempotent=True)
+    pool.connection_ready(1, H2, 0.0, max_streams=1)  # busy with waiter 1
+    pool.goaway(1, 0.0)  # ... and going away: a replacement is needed
+    actions = [a for w in (2, 3, 4) for a in pool.request(w, 0.0, idempotent=True)]
+    assert actions == [Open(n) for n in range(2, 2 + opens)]
+    if http2:
+        assert pool.connection_ready(2, H2, 0.5, max_streams=10) == [
+            Assign(2, 2, NEW, 0.5),
+            Assign(3, 2, MULTIPLEXED, 0.5),
+            Assign(4, 2, MULTIPLEXED, 0.5),
+        ]
+
+
+def test_an_h1_answer_forgets_that_the_origin_spoke_h2() -> None:
+    pool = make(max_connections=4)
+    pool.request(1, 0.0, idempotent=True)
+    pool.connection_ready(1, H2, 0.0, max_streams=1)
+    pool.goaway(1, 0.0)
+    assert pool.known_h2
+    assert pool.request(2, 0.0, idempotent=True) == [Open(2)]
+    pool.connection_ready(2, H1, 0.0)
+    assert not pool.known_h2
+    assert pool.request(3, 0.0, idempotent=True) == [Open(3)]
+    assert pool.request(4, 0.0, idempotent=True) == [Open(4)]
+
+
+def test_connect_failure_rejects_the_oldest_waiter_and_tries_again_for_the_rest() -> None:
+    pool = make()
+    for w in (1, 2, 3):
+        pool.request(w, 0.0, idempotent=True)
+    assert pool.connection_failed(1, 1.0) == [Reject(1, RejectReason.CONNECT_FAILED), Open(2)]
+    assert pool.connection_ready(2, H1, 1.5) == [Assign(2, 2, NEW, 1.5)]
+
+
+def test_connect_failure_with_nobody_waiting_only_frees_the_slot() -> None:
+    pool = make()
+    pool.request(1, 0.0, idempotent=True)
+    pool.cancel(1, 0.0)
+    assert pool.connection_failed(1, 1.0) == []
+    assert pool.active_connections == 0
+    assert pool.request(2, 1.0, idempotent=True) == [Open(2)]
+
+
+def test_losing_a_connection_that_was_still_connecting_is_a_failed_connect() -> None:
+    pool = make()
+    pool.request(1, 0.0, idempotent=True)
+    assert pool.connection_lost(1, 1.0, unanswered=[]) == [Reject(1, RejectReason.CONNECT_FAILED)]
+
+
+# -- rule 4: pipelining
+
+
+def test_pipelines_idempotent_requests_at_the_cap_on_the_least_loaded_connection() -> None:
+    pool = make(max_connections=2, pipeline_depth=3)
+    busy_h1(pool, 2)
+    assert pool.request(1, 0.0, idempotent=True) == [Assign(1, 1, PIPELINED, 0.0)]
+    assert pool.request(2, 0.0, idempotent=True) == [Assign(2, 2, PIPELINED, 0.0)]
+    pool.request_done(1, 101, 0.5, reusable=True)
+    assert pool.request(3, 1.0, idempotent=True) == [Assign(3, 1, PIPELINED, 0.0)]
+    assert pool.request(4, 1.0, idempotent=True) == [Assign(4, 1, PIPELINED, 0.0)]  # a tie
+    assert pool.request(5, 1.0, idempotent=True) == [Assign(5, 2, PIPELINED, 0.0)]
+    assert pool.request(6, 1.0, idempotent=True) == []  # both at depth 3
+    assert pool.request_done(2, 102, 2.0, reusable=True) == [Assign(6, 2, PIPELINED, 1.0)]
+
+
+def test_never_pipelines_a_non_idempotent_request() -> None:
+    pool = make(pipeline_depth=3)
+    busy_h1(pool, 1)
+    assert pool.request(1, 0.0, idempotent=False) == []
+    assert pool.request_done(1, 101, 1.0, reusable=True) == [Assign(1, 1, REUSED, 1.0)]
+
+
+def test_never_pipelines_behind_a_non_idempotent_request() -> None:
+    pool = make(pipeline_depth=3)
+    busy_h1(pool, 1, idempotent=False)
+    assert pool.request(1, 0.0, idempotent=True) == []
+
+
+def test_opens_a_connection_rather_than_pipelining() -> None:
+    pool = make(max_connections=2, pipeline_depth=3)
+    busy_h1(pool, 1)
+    assert pool.request(1, 0.0, idempotent=True) == [Open(2)]
+
+
+def test_pipelines_only_what_connects_under_way_cannot_cover_oldest_first() -> None:
+    pool = make(max_connections=2, pipeline_depth=3)
+    busy_h1(pool, 1)
+    assert pool.request(1, 0.0, idempotent=True) == [Open(2)]
+    # Connection 2 covers one waiter; the older one is pipelined, the newer one takes 2.
+    assert pool.request(2, 0.5, idempotent=True) == [Assign(1, 1, PIPELINED, 0.5)]
+    assert pool.connection_ready(2, H1, 1.0) == [Assign(2, 2, NEW, 0.5)]
+
+
+@pytest.mark.parametrize("pipeline_depth", [0, 1])
+def test_depth_below_two_means_no_pipelining(pipeline_depth: int) -> None:
+    pool = make(pipeline_depth=pipeline_depth)
+    busy_h1(pool, 1)
+    assert pool.request(1, 0.0, idempotent=True) == []
+
+
+def test_a_non_idempotent_waiter_holds_back_a_connection_so_it_cannot_starve() -> None:
+    pool = make(max_connections=2, pipeline_depth=3)
+    busy_h1(pool, 2)
+    assert pool.request(1, 0.0, idempotent=False) == []  # holds back connection 1
+    # Idempotent requests behind it may pass it, but only on connection 2.
+    assert pool.request(2, 0.0, idempotent=True) == [Assign(2, 2, PIPELINED, 0.0)]
+    assert pool.request(3, 0.0, idempotent=True) == [Assign(3, 2, PIPELINED, 0.0)]
+    assert pool.request(4, 0.0, idempotent=True) == []
+    assert pool.request_done(1, 101, 1.0, reusable=True) == [Assign(1, 1, REUSED, 1.0)]
+
+
+def test_with_one_connection_a_non_idempotent_waiter_blocks_pipelining_behind_it() -> None:
+    pool = make(pipeline_depth=3)
+    busy_h1(pool, 1)
+    assert pool.request(1, 0.0, idempotent=False) == []
+    assert pool.request(2, 0.0, idempotent=True) == []
+    assert pool.request_done(1, 101, 1.0, reusable=True) == [Assign(1, 1, REUSED, 1.0)]
+    # Connection 1 now carries a non-idempotent request: still nothing behind it.
+    assert pool.request_done(1, 1, 2.0, reusable=True) == [Assign(2, 1, REUSED, 2.0)]
+
+
+def test_losing_a_pipeline_marks_the_origin_broken_for_good() -> None:
+    pool = make(pipeline_depth=3)
+    busy_h1(pool, 1)
+    pool.request(1, 0.0, idempotent=True)
+    assert pool.connection_lost(1, 1.0, unanswered=[1]) == [Retry(1), Open(2)]
+    assert pool.pipelining_broken
+    pool.connection_ready(2, H1, 1.0)
+    assert pool.request(2, 1.0, idempotent=True) == []
+    assert pool.request_done(2, 1, 2.0, reusable=True) == [Assign(2, 2, REUSED, 1.0)]
+    pool.request_done(2, 2, 2.0, reusable=True)
+    assert pool.pipelining_broken
+
+
+def test_losing_a_single_request_does_not_mark_pipelining_broken() -> None:
+    pool = make(pipeline_depth=3)
+    busy_h1(pool, 1)
+    pool.connection_lost(1, 1.0, unanswered=[101])
+    assert not pool.pipelining_broken
+
+
+def test_pipelining_failed_stops_pipelining() -> None:
+    pool = make(pipeline_depth=3)
+    busy_h1(pool, 1)
+    assert pool.pipelining_failed(0.0) == []
+    assert pool.request(1, 0.0, idempotent=True) == []
+
+
+# -- rule 5: the queue
+
+
+@pytest.mark.parametrize(
+    ("max_queue", "admitted"),
+    [
+        (0, 1),  # max_queue 0 still opens a connection for a request
+        (1, 2),
+        (3, 4),
+    ],
+)
+def test_queue_full_rejects_at_once(max_queue: int, admitted: int) -> None:
+    pool = make(max_queue=max_queue)
+    for w in range(admitted):
+        assert Reject(w, RejectReason.QUEUE_FULL) not in pool.request(w, 0.0, idempotent=True)
+    assert pool.request(99, 0.0, idempotent=True) == [Reject(99, RejectReason.QUEUE_FULL)]
+    assert pool.queued == admitted
+
+
+def test_queue_timeout_rejects_at_the_deadline() -> None:
+    pool = make(queue_timeout=5.0)
+    pool.request(1, 0.0, idempotent=True)
+    pool.request(2, 1.0, idempotent=True)
+    assert pool.next_deadline() == 5.0
+    assert pool.tick(4.9) == []
+    assert pool.tick(5.0) == [Reject(1, RejectReason.QUEUE_TIMEOUT)]
+    assert pool.next_deadline() == 6.0
+    assert pool.tick(6.0) == [Reject(2, RejectReason.QUEUE_TIMEOUT)]
+    assert pool.next_deadline() is None  # the connect under way has no deadline here
+
+
+def test_cancel_leaves_the_queue_and_later_cancels_are_ignored() -> None:
+    pool = make()
+    pool.request(1, 0.0, idempotent=True)
+    pool.request(2, 0.0, idempotent=True)
+    assert pool.cancel(1, 0.1) == []
+    assert pool.cancel(1, 0.1) == []
+    assert pool.connection_ready(1, H1, 0.5) == [Assign(2, 1, NEW, 0.5)]
+    assert pool.cancel(2, 0.6) == []  # assigned: request_done gives it back
+    assert pool.in_flight == 1
+
+
+def test_a_waiter_id_in_use_is_refused() -> None:
+    pool = make()
+    pool.request(1, 0.0, idempotent=True)
+    with pytest.raises(ValueError, match="already waiting"):
+        pool.request(1, 0.0, idempotent=True)
+
+
+# -- idle connections
+
+
+def test_idle_connection_expires() -> None:
+    pool = make(idle_timeout=30.0)
+    pool.request(1, 0.0, idempotent=True)
+    pool.connection_ready(1, H1, 0.0)
+    pool.request_done(1, 1, 1.0, reusable=True)
+    assert pool.next_deadline() == 31.0
+    assert pool.tick(30.9) == []
+    assert pool.tick(31.0) == [Close(1, CloseReason.IDLE_TIMEOUT)]
+    assert pool.next_deadline() is None
+
+
+def test_an_expired_connection_is_never_handed_out() -> None:
+    pool = make(idle_timeout=30.0)
+    pool.request(1, 0.0, idempotent=True)
+    pool.connection_ready(1, H1, 0.0)
+    pool.request_done(1, 1, 1.0, reusable=True)
+    assert pool.request(2, 40.0, idempotent=True) == [Close(1, CloseReason.IDLE_TIMEOUT), Open(2)]
+
+
+def test_an_idle_connection_closed_by_the_server_is_dropped() -> None:
+    pool = make()
+    pool.request(1, 0.0, idempotent=True)
+    pool.connection_ready(1, H1, 0.0)
+    pool.request_done(1, 1, 1.0, reusable=True)
+    assert pool.idle_connection_closed_by_server(1, 2.0) == []
+    assert pool.active_connections == 0
+    assert pool.request(2, 2.0, idempotent=True) == [Open(2)]
+
+
+def test_a_busy_connection_reported_closed_takes_nothing_more() -> None:
+    pool = make(pipeline_depth=3)
+    busy_h1(pool, 1)
+    assert pool.idle_connection_closed_by_server(1, 1.0) == []
+    assert pool.request(1, 1.0, idempotent=True) == []
+    assert pool.request_done(1, 101, 2.0, reusable=True) == [
+        Close(1, CloseReason.SERVER_CLOSED),
+        Open(2),
+    ]
+
+
+# -- lost connections and retries
+
+
+def test_unanswered_idempotent_requests_go_again_first_in_their_order() -> None:
+    pool = make(pipeline_depth=4)
+    busy_h1(pool, 1)
+    pool.request(1, 0.0, idempotent=True)
+    pool.request(2, 0.0, idempotent=True)
+    pool.request(3, 0.0, idempotent=True)
+    assert pool.request(4, 0.0, idempotent=True) == []  # depth 4 reached: waits
+    assert pool.connection_lost(1, 1.0, unanswered=[2, 1]) == [Retry(1), Retry(2), Open(2)]
+    assert pool.in_flight == 0  # 101 and 3 had begun their responses: the driver ends them
+    assert pool.connection_ready(2, H1, 2.0) == [Assign(1, 2, NEW, 1.0)]
+    assert pool.request_done(2, 1, 3.0, reusable=True) == [Assign(2, 2, REUSED, 2.0)]
+    assert pool.request_done(2, 2, 3.0, reusable=True) == [Assign(4, 2, REUSED, 3.0)]
+
+
+def test_an_unanswered_non_idempotent_request_fails_and_is_never_sent_again() -> None:
+    pool = make()
+    busy_h1(pool, 1, idempotent=False)
+    assert pool.connection_lost(1, 1.0, unanswered=[101]) == [Fail(101, FailReason.CONNECTION_LOST)]
+    assert pool.active_connections == 0 and pool.queued == 0
+
+
+def test_a_request_fails_after_max_attempts() -> None:
+    pool = make()
+    pool.request(1, 0.0, idempotent=True)
+    for attempt in range(1, MAX_ATTEMPTS):
+        pool.connection_ready(attempt, H1, 0.0)
+        assert pool.connection_lost(attempt, 0.0, unanswered=[1]) == [Retry(1), Open(attempt + 1)]
+    pool.connection_ready(MAX_ATTEMPTS, H1, 0.0)
+    assert pool.connection_lost(MAX_ATTEMPTS, 0.0, unanswered=[1]) == [
+        Fail(1, FailReason.RETRIES_EXHAUSTED)
+    ]
+
+
+@pytest.mark.parametrize("idempotent", [True, False])
+def test_refused_streams_go_again_on_the_same_connection(idempotent: bool) -> None:
+    pool = make()
+    pool.request(1, 0.0, idempotent=idempotent)
+    pool.connection_ready(1, H2, 0.0, max_streams=10)
+    expected: list[Action] = (
+        [Retry(1), Assign(1, 1, REUSED, 0.0)]
+        if idempotent
+        else [Fail(1, FailReason.CONNECTION_LOST)]
+    )
+    assert pool.requests_unanswered(1, [1], 1.0) == expected
+
+
+def test_an_h1_request_that_never_left_goes_to_another_connection() -> None:
+    pool = make(max_connections=2, pipeline_depth=3)
+    busy_h1(pool, 2)
+    assert pool.request(1, 0.0, idempotent=True) == [Assign(1, 1, PIPELINED, 0.0)]
+    # Connection 1 had closed before request 1 went out: it takes nothing more.
+    assert pool.requests_unanswered(1, [1], 1.0) == [Retry(1), Assign(1, 2, PIPELINED, 0.0)]
+    assert pool.request(2, 1.0, idempotent=True) == [Assign(2, 2, PIPELINED, 0.0)]
+    assert pool.request_done(1, 101, 2.0, reusable=True) == [Close(1, CloseReason.SERVER_CLOSED)]
+
+
+def test_an_h1_request_that_never_left_costs_no_attempt() -> None:
+    pool = make()
+    pool.request(1, 0.0, idempotent=True)
+    assert pool.connection_ready(1, H1, 0.0) == [Assign(1, 1, NEW, 0.0)]
+    for conn_id in range(1, MAX_ATTEMPTS + 2):
+        assert pool.requests_unanswered(conn_id, [1], 1.0) == [
+            Retry(1),
+            Close(conn_id, CloseReason.SERVER_CLOSED),  # done, and nothing left on it
+            Open(conn_id + 1),
+        ]
+        assert pool.connection_lost(conn_id, 1.0, unanswered=[]) == []  # already forgotten
+        assert pool.connection_ready(conn_id + 1, H1, 1.0) == [Assign(1, conn_id + 1, NEW, 0.0)]
+
+
+def test_streams_above_goaway_go_to_a_new_connection() -> None:
+    pool = make()
+    pool.request(1, 0.0, idempotent=True)
+    pool.request(2, 0.0, idempotent=True)
+    pool.connection_ready(1, H2, 0.0, max_streams=10)
+    assert pool.goaway(1, 1.0) == []
+    assert pool.requests_unanswered(1, [2], 1.0) == [Retry(2)]
+    assert pool.request_done(1, 1, 2.0, reusable=True) == [Close(1, CloseReason.GOAWAY), Open(2)]
+    assert pool.connection_ready(2, H2, 2.5) == [Assign(2, 2, NEW, 1.5)]
+
+
+# -- policy reload
+
+
+def test_a_lowered_cap_closes_idle_connections_at_once_and_busy_ones_when_idle() -> None:
+    pool = make(max_connections=3)
+    busy_h1(pool, 3)
+    pool.request_done(3, 103, 1.0, reusable=True)
+    pool.request_done(2, 102, 2.0, reusable=True)
+    # Least recently used first.
+    assert pool.set_limits(limits(max_connections=2), 3.0) == [Close(3, CloseReason.OVER_LIMIT)]
+    assert pool.request(1, 3.0, idempotent=True) == [Assign(1, 2, REUSED, 0.0)]
+    assert pool.set_limits(limits(max_connections=1), 3.0) == []  # both busy: kept
+    assert pool.request(2, 3.0, idempotent=True) == []  # no Open above the cap
+    # Idle above the cap: closed even though a request waits; the other one serves it.
+    assert pool.request_done(1, 101, 4.0, reusable=True) == [Close(1, CloseReason.OVER_LIMIT)]
+    assert pool.request_done(2, 1, 5.0, reusable=True) == [Assign(2, 2, REUSED, 2.0)]
+
+
+def test_a_raised_cap_opens_for_waiters() -> None:
+    pool = make()
+    for w in (1, 2, 3):
+        pool.request(w, 0.0, idempotent=True)
+    assert pool.set_limits(limits(max_connections=3), 1.0) == [Open(2), Open(3)]
+    assert pool.limits.max_connections == 3
+
+
+def test_a_lowered_max_queue_rejects_the_newest() -> None:
+    pool = make()
+    for w in (1, 2, 3, 4):
+        pool.request(w, 0.0, idempotent=True)
+    assert pool.set_limits(limits(max_queue=1), 1.0) == [
+        Reject(4, RejectReason.QUEUE_FULL),
+        Reject(3, RejectReason.QUEUE_FULL),
+    ]
+
+
+# -- shutdown, unknown ids, views
+
+
+def test_close_all_fails_every_request_and_closes_every_connection() -> None:
+    pool = make(max_connections=2)
+    busy_h1(pool, 1)
+    pool.request(1, 0.0, idempotent=True)  # opens connection 2
+    pool.request(2, 0.0, idempotent=True)
+    assert pool.close_all(1.0) == [
+        Fail(1, FailReason.SHUTDOWN),
+        Fail(2, FailReason.SHUTDOWN),
+        Fail(101, FailReason.SHUTDOWN),
+        Close(1, CloseReason.SHUTDOWN),
+        Close(2, CloseReason.SHUTDOWN),
+    ]
+    assert (pool.queued, pool.active_connections, pool.in_flight) == (0, 0, 0)
+    assert pool.request(3, 2.0, idempotent=True) == [Fail(3, FailReason.SHUTDOWN)]
+    assert Fail(3, FailReason.SHUTDOWN).message == "shutdown"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda p: p.cancel(77, 1.0),
+        lambda p: p.connection_ready(77, H1, 1.0),
+        lambda p: p.connection_ready(1, H1, 1.0),  # already ready
+        lambda p: p.connection_failed(77, 1.0),
+        lambda p: p.connection_failed(1, 1.0),  # ready, so it did not fail to connect
+        lambda p: p.request_done(77, 101, 1.0, reusable=True),
+        lambda p: p.request_done(1, 77, 1.0, reusable=True),
+        lambda p: p.requests_unanswered(77, [101], 1.0),
+        lambda p: p.requests_unanswered(1, [77], 1.0),
+        lambda p: p.connection_lost(77, 1.0, unanswered=[101]),
+        lambda p: p.max_streams_changed(77, 5, 1.0),
+        lambda p: p.max_streams_changed(1, 5, 1.0),  # h1
+        lambda p: p.goaway(77, 1.0),
+        lambda p: p.idle_connection_closed_by_server(77, 1.0),
+    ],
+)
+def test_unknown_ids_are_ignored(call: Callable[[HostPool], list[Action]]) -> None:
+    pool = make()
+    busy_h1(pool, 1)
+    before = repr(pool)
+    assert call(pool) == []
+    assert repr(pool) == before
+
+
+def test_repr_shows_the_state() -> None:
+    pool = make(max_connections=2, pipeline_depth=2)
+    busy_h1(pool, 1)
+    pool.request(1, 0.0, idempotent=True)
+    pool.request(2, 0.0, idempotent=True)
+    pool.pipelining_failed(0.0)
+    assert repr(pool) == (
+        "<HostPool http://origin.test:80 conns=2/2 (connecting=1 idle=0) in_flight=2"
+        " queued=1 pipelining_broken>"
+    )
+    assert str(PoolKey("http", "::1", 80, "example.test")) == "http://[::1]:80 sni=example.test"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"max_connections": 0}, "max_connections"),
+        ({"max_queue": -1}, "max_queue"),
+        ({"queue_timeout": 0.0}, "queue_timeout"),
+        ({"idle_timeout": -1.0}, "idle_timeout"),
+        ({"idle_timeout": math.nan}, "idle_timeout"),
+        ({"pipeline_depth": -1}, "pipeline_depth"),
+    ],
+)
+def test_bad_limits_are_refused(overrides: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        limits(**overrides)
+
+
+def test_bad_scheme_is_refused() -> None:
+    with pytest.raises(ValueError, match="scheme"):
+        PoolKey("ftp", "origin.test", 21, None)
+
+
+# -- ALPN probing and announced closes
+
+
+def test_an_https_origin_gets_one_connection_until_alpn_is_known() -> None:
+    pool = HostPool(HTTPS_KEY, limits(max_connections=6))
+    actions = [a for i in range(1, 6) for a in pool.request(i, 0.0, idempotent=True)]
+    assert actions == [Open(1)]
+    # It spoke h2: everyone rides the one connection.
+    ready = pool.connection_ready(1, H2, 0.1, max_streams=100)
+    assert [a.waiter_id for a in ready if isinstance(a, Assign)] == [1, 2, 3, 4, 5]
+    assert not any(isinstance(a, Open) for a in ready)
+
+
+def test_an_https_origin_that_speaks_http1_gets_more_connections_after_the_first() -> None:
+    pool = HostPool(HTTPS_KEY, limits(max_connections=3))
+    for i in range(1, 5):
+        pool.request(i, 0.0, idempotent=True)
+    ready = pool.connection_ready(1, H1, 0.1)
+    assert Assign(1, 1, NEW, 0.1) in ready
+    assert [a for a in ready if isinstance(a, Open)] == [Open(2), Open(3)]
+
+
+def test_without_http2_an_https_origin_is_not_probed() -> None:
+    pool = HostPool(HTTPS_KEY, limits(max_connections=3, http2=False))
+    actions = [a for i in range(1, 4) for a in pool.request(i, 0.0, idempotent=True)]
+    assert actions == [Open(1), Open(2), Open(3)]
+
+
+def pipelined_pool() -> HostPool:
+    pool = make(max_connections=1, pipeline_depth=4)
+    for i in range(1, 5):
+        pool.request(i, 0.0, idempotent=True)
+    pool.connection_ready(1, H1, 0.0)
+    return pool
+
+
+def test_an_announced_close_is_no_broken_pipeline_and_costs_no_attempt() -> None:
+    pool = pipelined_pool()
+    pool.request_done(1, 1, 0.1, reusable=False)  # response 1 said Connection: close
+    conn_id = 1
+    for round_ in range(MAX_ATTEMPTS + 1):
+        now = 1.0 + round_
+        actions = pool.connection_lost(conn_id, now, unanswered=[2, 3, 4], graceful=True)
+        assert not any(isinstance(a, Fail) for a in actions)
+        (reopen,) = [a for a in actions if isinstance(a, Open)]
+        conn_id = reopen.conn_id
+        ready = pool.connection_ready(conn_id, H1, now)
+        assert [a.waiter_id for a in ready if isinstance(a, Assign)] == [2, 3, 4]
+    assert not pool.pipelining_broken
+
+
+def test_an_unannounced_close_breaks_pipelining_for_good() -> None:
+    pool = pipelined_pool()
+    pool.connection_lost(1, 0.2, unanswered=[2, 3, 4])
+    assert pool.pipelining_broken
+
+
+# -- random sequences against a model
+
+
+@dataclass
+class ModelConn:
+    ready: bool = False
+    proto: Proto | None = None
+    max_streams: int = 1
+    in_flight: list[int] = field(default_factory=list)
+    served: int = 0
+    draining: bool = False
+    idle_since: float = 0.0
+
+
+@dataclass
+class ModelWaiter:
+    idempotent: bool
+    enqueued_at: float
+    status: str = "queued"  # queued | in_flight | unanswered | final
+    requeued: bool = False
+    assigns: int = 0
+    attempts: int = 0  # assigns, less those lost to an announced close
+    sent: int = 0  # when it was last assigned, in assignment order
+
+
+LIMITS = st.builds(
+    PoolLimits,
+    max_connections=st.integers(1, 3),
+    max_queue=st.integers(0, 4),
+    queue_timeout=st.sampled_from([1.0, 2.5, math.inf]),
+    idle_timeout=st.sampled_from([1.0, 5.0, math.inf]),
+    pipeline_depth=st.sampled_from([0, 2, 3]),
+    http2=st.booleans(),
+)
+UNKNOWN = 10**6
+
+
+class PoolMachine(RuleBasedStateMachine):
+    """Drives a HostPool with random events and checks every action against a model of what
+    the driver would know from the actions alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.conns: dict[int, ModelConn] = {}
+        self.waiters: dict[int, ModelWaiter] = {}
+        self.queue: list[int] = []
+        self.last_waiter = 0
+        self.last_conn = 0
+        self.broken = False
+        self.known_h2 = False
+        self.learned_proto = False
+        self.assignments = 0
+
+    @initialize(key=st.sampled_from([KEY, HTTPS_KEY]), limits=LIMITS)
+    def start(self, key: PoolKey, limits: PoolLimits) -> None:
+        self.key = key
+        self.limits = limits
+        self.highest_cap = limits.max_connections
+        self.pool = HostPool(key, limits)
+
+    # model helpers
+
+    def connecting(self) -> int:
+        return sum(1 for c in self.conns.values() if not c.ready)
+
+    def ready_conns(self) -> list[int]:
+        return sorted(c for c, conn in self.conns.items() if conn.ready)
+
+    def in_flight_pairs(self) -> list[tuple[int, int]]:
+        return [(c, w) for c, conn in sorted(self.conns.items()) for w in conn.in_flight]
+
+    def expects_h2(self) -> bool:
+        """Whether one connection is expected to serve everyone: the origin spoke h2, or it is
+        an https origin whose ALPN answer is not known yet."""
+        probing = not self.learned_proto and self.key.scheme == "https"
+        return self.limits.http2 and (self.known_h2 or probing)
+
+    def live_h2(self) -> bool:
+        """A usable h2 connection: waiters wait for its streams rather than open another."""
+        return any(x.ready and x.proto is H2 and not x.draining for x in self.conns.values())
+
+    def preferred_conn(self) -> int:
+        """Rules 1 and 2: the oldest h2 connection with a free stream, else the most recently
+        used idle h1 connection."""
+        usable = {c: x for c, x in self.conns.items() if x.ready and not x.draining}
+        h2 = [c for c, x in usable.items() if x.proto is H2 and len(x.in_flight) < x.max_streams]
+        if h2:
+            return min(h2)
+        idle = [(x.idle_since, c) for c, x in usable.items() if x.proto is H1 and not x.in_flight]
+        return max(idle)[1]
+
+    def play(
+        self,
+        actions: list[Action],
+        call: str,
+        *,
+        unanswered: list[int] | None = None,
+        new_waiter: int | None = None,
+    ) -> None:
+        """Check each action against the model as it stands, then apply it."""
+        pending = list(unanswered or [])
+        overtaken: list[int] = []  # same-class waiters that were ahead of an assigned one
+        front = 0  # where the next Retry goes
+        connect_failures = 0
+        opened = False
+        for action in actions:
+            if isinstance(action, Open):
+                assert action.conn_id > self.last_conn
+                assert len(self.conns) < self.limits.max_connections
+                self.last_conn = action.conn_id
+                self.conns[action.conn_id] = ModelConn()
+                opened = True
+            elif isinstance(action, Assign):
+                waiter = self.waiters[action.waiter_id]
+                conn = self.conns[action.conn_id]
+                assert waiter.status == "queued"
+                assert conn.ready and not conn.draining
+                if conn.served == 0:
+                    kind = NEW
+                elif not conn.in_flight:
+                    kind = REUSED
+                else:
+                    kind = MULTIPLEXED if conn.proto is H2 else PIPELINED
+                assert action.kind is kind
+                if conn.proto is H2:
+                    assert len(conn.in_flight) < conn.max_streams
+                elif kind is PIPELINED:
+                    assert waiter.idempotent and not self.broken
+                    assert len(conn.in_flight) < self.limits.pipeline_depth
+                    assert all(self.waiters[w].idempotent for w in conn.in_flight)
+                if kind is not PIPELINED:
+                    assert self.queue[0] == action.waiter_id  # shared capacity goes in order
+                    assert action.conn_id == self.preferred_conn()
+                position = self.queue.index(action.waiter_id)
+                overtaken += [
+                    w
+                    for w in self.queue[:position]
+                    if self.waiters[w].idempotent == waiter.idempotent
+                ]
+                assert action.queued_for == self.now - waiter.enqueued_at
+                self.queue.remove(action.waiter_id)
+                waiter.status = "in_flight"
+                waiter.requeued = False
+                waiter.assigns += 1
+                waiter.attempts += 1
+                self.assignments += 1
+                waiter.sent = self.assignments
+                conn.in_flight.append(action.waiter_id)
+                conn.served += 1
+            elif isinstance(action, Reject):
+                waiter = self.waiters[action.waiter_id]
+                assert waiter.status == "queued"
+                if action.reason is RejectReason.QUEUE_FULL:
+                    if call == "request":
+                        assert action.waiter_id == new_waiter
+                        assert len(self.queue) - 1 >= self.limits.max_queue + self.connecting()
+                    else:
+                        assert call == "set_limits" and self.queue[-1] == action.waiter_id
+                elif action.reason is RejectReason.QUEUE_TIMEOUT:
+                    assert self.now - waiter.enqueued_at >= self.limits.queue_timeout
+                else:
+                    assert call == "connection_failed" and self.queue[0] == action.waiter_id
+                    connect_failures += 1
+                self.queue.remove(action.waiter_id)
+                waiter.status = "final"
+            elif isinstance(action, Close):
+                conn = self.conns.pop(action.conn_id)
+                if action.reason is CloseReason.SHUTDOWN:
+                    assert call == "close_all"
+                    assert all(self.waiters[w].status == "final" for w in conn.in_flight)
+                    continue
+                assert conn.ready and not conn.in_flight  # never close a busy connection
+                if action.reason is CloseReason.IDLE_TIMEOUT:
+                    assert self.now - conn.idle_since >= self.limits.idle_timeout
+                elif action.reason is CloseReason.OVER_LIMIT:
+                    assert len(self.conns) + 1 > self.limits.max_connections
+                else:
+                    assert conn.draining
+            elif isinstance(action, Retry):
+                waiter = self.waiters[action.waiter_id]
+                assert action.waiter_id in pending and waiter.status == "unanswered"
+                assert waiter.idempotent and waiter.attempts < MAX_ATTEMPTS
+                pending.remove(action.waiter_id)
+                self.queue.insert(front, action.waiter_id)
+                front += 1
+                waiter.status = "queued"
+                waiter.requeued = True
+                waiter.enqueued_at = self.now
+            else:
+                assert isinstance(action, Fail)
+                waiter = self.waiters[action.waiter_id]
+                if call == "close_all":
+                    assert action.reason is FailReason.SHUTDOWN
+                    assert waiter.status in ("queued", "in_flight")
+                    if waiter.status == "queued":
+                        self.queue.remove(action.waiter_id)
+                    else:
+                        conn_id = next(
+                            c for c, w in self.in_flight_pairs() if w == action.waiter_id
+                        )
+                        self.conns[conn_id].in_flight.remove(action.waiter_id)
+                else:
+                    assert action.waiter_id in pending and waiter.status == "unanswered"
+                    pending.remove(action.waiter_id)
+                    if waiter.idempotent:
+                        assert action.reason is FailReason.RETRIES_EXHAUSTED
+                        assert waiter.attempts >= MAX_ATTEMPTS
+                    else:
+                        assert action.reason is FailReason.CONNECTION_LOST
+                waiter.status = "final"
+        assert not pending, "every unanswered request is sent again or failed"
+        assert all(self.waiters[w].status != "queued" for w in overtaken), "FIFO within a class"
+        assert connect_failures <= 1
+        if opened:  # one connect per waiter, one at a time for a known h2 origin, none beside
+            assert not self.live_h2()  # a live h2 connection
+            if self.expects_h2():
+                assert self.connecting() == 1
+            else:
+                assert self.connecting() <= len(self.queue)
+
+    # events
+
+    @rule(idempotent=st.lists(st.booleans(), min_size=1, max_size=3))
+    def request(self, idempotent: list[bool]) -> None:
+        for each in idempotent:
+            self._request(each)
+
+    def _request(self, idempotent: bool) -> None:
+        self.last_waiter += 1
+        w = self.last_waiter
+        self.waiters[w] = ModelWaiter(idempotent, self.now)
+        self.queue.append(w)
+        self.play(self.pool.request(w, self.now, idempotent=idempotent), "request", new_waiter=w)
+        if self.waiters[w].status == "queued":
+            assert len(self.queue) <= self.limits.max_queue + self.connecting()
+
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        w = data.draw(st.sampled_from([UNKNOWN, *sorted(self.waiters)]))
+        queued = w in self.queue
+        if queued:
+            self.queue.remove(w)
+            self.waiters[w].status = "final"
+        actions = self.pool.cancel(w, self.now)
+        if not queued:
+            assert actions == []
+        self.play(actions, "cancel")
+
+    def _ready(self, conn_id: int, proto: Proto, max_streams: int) -> None:
+        conn = self.conns[conn_id]
+        conn.ready, conn.proto, conn.idle_since = True, proto, self.now
+        conn.max_streams = max_streams if proto is H2 else 1
+        self.known_h2 = proto is H2
+        self.learned_proto = True
+        actions = self.pool.connection_ready(conn_id, proto, self.now, max_streams=max_streams)
+        self.play(actions, "connection_ready")
+
+    @precondition(lambda self: self.connecting())
+    @rule(data=st.data(), proto=st.sampled_from(Proto), max_streams=st.integers(1, 3))
+    def connection_ready(self, data: st.DataObject, proto: Proto, max_streams: int) -> None:
+        conn_id = data.draw(st.sampled_from([c for c, x in self.conns.items() if not x.ready]))
+        self._ready(conn_id, proto, max_streams)
+
+    @precondition(lambda self: self.connecting())
+    @rule(data=st.data(), as_lost=st.booleans())
+    def connection_failed(self, data: st.DataObject, as_lost: bool) -> None:
+        conn_id = data.draw(st.sampled_from([c for c, x in self.conns.items() if not x.ready]))
+        del self.conns[conn_id]
+        oldest = self.queue[0] if self.queue else None
+        if as_lost:
+            actions = self.pool.connection_lost(conn_id, self.now, unanswered=[])
+        else:
+            actions = self.pool.connection_failed(conn_id, self.now)
+        if oldest is not None:
+            assert actions[0] == Reject(oldest, RejectReason.CONNECT_FAILED)
+        self.play(actions, "connection_failed")
+
+    def _done(self, conn_id: int, waiter_id: int, reusable: bool) -> None:
+        conn = self.conns[conn_id]
+        conn.in_flight.remove(waiter_id)
+        self.waiters[waiter_id].status = "final"
+        conn.draining |= not reusable
+        if not conn.in_flight:
+            conn.idle_since = self.now
+        actions = self.pool.request_done(conn_id, waiter_id, self.now, reusable=reusable)
+        self.play(actions, "request_done")
+
+    @precondition(lambda self: self.in_flight_pairs())
+    @rule(data=st.data(), reusable=st.booleans())
+    def request_done(self, data: st.DataObject, reusable: bool) -> None:
+        conn_id, waiter_id = data.draw(st.sampled_from(self.in_flight_pairs()))
+        self._done(conn_id, waiter_id, reusable)
+
+    def _draw_unanswered(self, data: st.DataObject, conn: ModelConn) -> list[int]:
+        if conn.proto is H1:  # responses come in order: the unanswered are a suffix
+            return conn.in_flight[data.draw(st.integers(0, len(conn.in_flight))) :]
+        chosen = data.draw(
+            st.sets(st.sampled_from(conn.in_flight)) if conn.in_flight else st.just(set())
+        )
+        return [w for w in conn.in_flight if w in chosen]
+
+    @precondition(lambda self: self.ready_conns())
+    @rule(data=st.data(), graceful=st.booleans())
+    def connection_lost(self, data: st.DataObject, graceful: bool) -> None:
+        conn_id = data.draw(st.sampled_from(self.ready_conns()))
+        conn = self.conns.pop(conn_id)
+        unanswered = self._draw_unanswered(data, conn)
+        if graceful:  # an announced close: expected, so no attempt is used up
+            for w in unanswered:
+                self.waiters[w].attempts -= 1
+        elif conn.proto is H1 and len(conn.in_flight) >= 2 and unanswered:
+            self.broken = True
+        for w in conn.in_flight:
+            self.waiters[w].status = "unanswered" if w in unanswered else "final"
+        # The driver may name a request it does not know any more: ignored.
+        actions = self.pool.connection_lost(
+            conn_id, self.now, unanswered=[*unanswered, UNKNOWN], graceful=graceful
+        )
+        self.play(actions, "connection_lost", unanswered=unanswered)
+
+    @precondition(lambda self: any(self.conns[c].in_flight for c in self.ready_conns()))
+    @rule(data=st.data())
+    def requests_unanswered(self, data: st.DataObject) -> None:
+        conn_id = data.draw(
+            st.sampled_from([c for c in self.ready_conns() if self.conns[c].in_flight])
+        )
+        conn = self.conns[conn_id]
+        unanswered = self._draw_unanswered(data, conn)
+        if conn.proto is H1:  # never left: the connection is done, the attempt is free
+            conn.draining = True
+            for w in unanswered:
+                self.waiters[w].attempts -= 1
+        for w in unanswered:
+            conn.in_flight.remove(w)
+            self.waiters[w].status = "unanswered"
+        if not conn.in_flight:
+            conn.idle_since = self.now
+        actions = self.pool.requests_unanswered(conn_id, unanswered, self.now)
+        self.play(actions, "requests_unanswered", unanswered=unanswered)
+
+    @precondition(lambda self: self.ready_conns())
+    @rule(data=st.data())
+    def goaway(self, data: st.DataObject) -> None:
+        conn_id = data.draw(st.sampled_from(self.ready_conns()))
+        self.conns[conn_id].draining = True
+        self.play(self.pool.goaway(conn_id, self.now), "goaway")
+
+    def _max_streams(self, conn_id: int, max_streams: int) -> None:
+        self.conns[conn_id].max_streams = max_streams
+        self.play(self.pool.max_streams_changed(conn_id, max_streams, self.now), "max_streams")
+
+    @precondition(lambda self: any(self.conns[c].proto is H2 for c in self.ready_conns()))
+    @rule(data=st.data(), max_streams=st.integers(0, 3))
+    def max_streams_changed(self, data: st.DataObject, max_streams: int) -> None:
+        h2 = [c for c in self.ready_conns() if self.conns[c].proto is H2]
+        self._max_streams(data.draw(st.sampled_from(h2)), max_streams)
+
+    @precondition(lambda self: self.ready_conns())
+    @rule(data=st.data())
+    def idle_connection_closed_by_server(self, data: st.DataObject) -> None:
+        conn_id = data.draw(st.sampled_from(self.ready_conns()))
+        if self.conns[conn_id].in_flight:
+            self.conns[conn_id].draining = True
+        else:
+            del self.conns[conn_id]
+        actions = self.pool.idle_connection_closed_by_server(conn_id, self.now)
+        self.play(actions, "idle_connection_closed_by_server")
+
+    # Rare: once set it stays set, and would hide pipelining from the rest of the run.
+    @precondition(lambda self: not self.broken)
+    @rule(now=st.integers(0, 4))
+    def pipelining_failed(self, now: int) -> None:
+        if now:
+            return
+        self.broken = True
+        self.play(self.pool.pipelining_failed(self.now), "pipelining_failed")
+
+    @rule(limits=LIMITS)
+    def set_limits(self, limits: PoolLimits) -> None:
+        self.limits = limits
+        self.highest_cap = max(self.highest_cap, limits.max_connections)
+        self.play(self.pool.set_limits(limits, self.now), "set_limits")
+        assert len(self.queue) <= limits.max_queue + self.connecting()
+
+    @rule(dt=st.sampled_from([0.25, 1.0, 2.5, 10.0]))
+    def tick(self, dt: float) -> None:
+        deadline = self.pool.next_deadline()
+        self.now += dt
+        actions = self.pool.tick(self.now)
+        # next_deadline is exact: work is due at it and not before.
+        assert bool(actions) == (deadline is not None and deadline <= self.now)
+        self.play(actions, "tick")
+
+    @rule()
+    def serve_everything(self) -> None:
+        """Liveness: if every connect succeeds and every response ends, nobody waits forever."""
+        for _ in range(200):
+            work = [
+                c
+                for c, x in sorted(self.conns.items())
+                if not x.ready or x.in_flight or (x.proto is H2 and x.max_streams == 0)
+            ]
+            if not work:
+                break
+            conn = self.conns[work[0]]
+            if not conn.ready:
+                self._ready(work[0], H1, 1)
+            elif conn.in_flight:
+                self._done(work[0], conn.in_flight[0], True)
+            else:
+                self._max_streams(work[0], 1)
+        assert not self.queue
+
+    @precondition(lambda self: any(not self.waiters[w].idempotent for w in self.queue))
+    @rule()
+    def steady_pipelined_load(self) -> None:
+        """Liveness under load: a new idempotent request for every response that ends (oldest
+        first) must not keep every connection busy forever while a non-idempotent one waits."""
+        target = next(w for w in self.queue if not self.waiters[w].idempotent)
+        for _ in range(100):
+            if self.waiters[target].status != "queued":
+                return
+            self._request(True)
+            # Fair progress: a connect under way completes, and the oldest response ends.
+            connecting = [c for c, x in self.conns.items() if not x.ready]
+            if connecting:
+                self._ready(min(connecting), H1, 1)
+            if pairs := self.in_flight_pairs():
+                conn_id, waiter_id = min(pairs, key=lambda p: self.waiters[p[1]].sent)
+                self._done(conn_id, waiter_id, True)
+            elif not connecting:
+                stuck = [c for c, x in self.conns.items() if x.proto is H2 and x.max_streams == 0]
+                assert stuck, "waits with nothing in flight and nothing coming"
+                self._max_streams(min(stuck), 1)
+        raise AssertionError(f"non-idempotent waiter {target} starved")
+
+    # invariants
+
+    @invariant()
+    def pool_is_settled_and_matches_the_model(self) -> None:
+        pool = self.pool
+        assert pool.tick(self.now) == []  # nothing left undone
+        assert pool.queued == len(self.queue)
+        assert pool.active_connections == len(self.conns)
+        assert pool.in_flight == len(self.in_flight_pairs())
+        assert pool.pipelining_broken == self.broken
+        assert list(pool._queue) == self.queue
+        deadlines = [
+            self.waiters[w].enqueued_at + self.limits.queue_timeout for w in self.queue
+        ] + [
+            c.idle_since + self.limits.idle_timeout
+            for c in self.conns.values()
+            if c.ready and not c.in_flight
+        ]
+        assert pool.next_deadline() == min((d for d in deadlines if d != math.inf), default=None)
+        assert repr(pool)
+
+    @invariant()
+    def nobody_waits_who_could_be_served(self) -> None:
+        if len(self.conns) > self.limits.max_connections:  # a lowered cap: only busy ones stay
+            assert all(not x.ready or x.in_flight for x in self.conns.values())
+        requeued = sum(1 for w in self.queue if self.waiters[w].requeued)
+        assert len(self.queue) <= self.limits.max_queue + self.highest_cap + requeued
+        if not self.queue:
+            return
+        for conn in self.conns.values():
+            if conn.ready and not conn.draining:
+                assert not (conn.proto is H1 and not conn.in_flight), "an idle connection"
+                assert not (conn.proto is H2 and len(conn.in_flight) < conn.max_streams)
+        if self.live_h2():  # waits for a stream
+            return
+        if len(self.conns) < self.limits.max_connections:  # room: connects cover the queue
+            if self.expects_h2():
+                assert self.connecting() >= 1
+            else:
+                assert self.connecting() >= len(self.queue)
+        elif (
+            not self.connecting()
+            and self.waiters[self.queue[0]].idempotent
+            and self.limits.pipeline_depth >= 2
+            and not self.broken
+        ):  # at the cap with nothing coming: the head would be pipelined if it could
+            for conn in self.conns.values():
+                assert not (
+                    conn.ready
+                    and conn.proto is H1
+                    and not conn.draining
+                    and 1 <= len(conn.in_flight) < self.limits.pipeline_depth
+                    and all(self.waiters[w].idempotent for w in conn.in_flight)
+                )
+
+    def teardown(self) -> None:
+        if not hasattr(self, "pool"):
+            return
+        self.play(self.pool.close_all(self.now), "close_all")
+        assert not self.conns and not self.queue and not self.in_flight_pairs()
+        assert self.pool.request(UNKNOWN, self.now, idempotent=True) == [
+            Fail(UNKNOWN, FailReason.SHUTDOWN)
+        ]
+
+
+PoolMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=50, deadline=None)
+TestPoolMachine = PoolMachine.TestCase
