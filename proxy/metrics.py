@@ -19,6 +19,8 @@ prometheus_client.disable_created_metrics()
 CLIENT_PROTOS = ("h1", "h2")
 OUTCOMES = ("ok", "upstream_error", "client_aborted", "rejected")
 UPSTREAM_PROTOS = ("h1", "h2")
+CONNECTION_KINDS = ("new", "reused", "pipelined", "multiplexed")
+REJECT_REASONS = ("queue_full", "queue_timeout")
 
 # Request ready → first response byte. Bucket edges sit on the latency marks we report.
 TRANSACTION_BUCKETS = (
@@ -67,6 +69,69 @@ response_bytes_total = Counter(
     "Response body bytes relayed to clients.",
     ["policy", "arm"],
 )
+# The upstream engine (proxy/upstream/): the measures of Firefox's pipelining study.
+requests_queued_total = Counter(
+    "reshape_requests_queued",
+    "Requests that had to wait for an upstream connection (none was free on arrival).",
+    ["policy", "arm"],
+)
+request_queue_seconds = Histogram(
+    "reshape_request_queue_seconds",
+    "Time from a request being ready to its first byte on the upstream wire.",
+    ["policy", "arm"],
+    buckets=(
+        0.0005,
+        0.001,
+        0.0025,
+        0.005,
+        0.01,
+        0.025,
+        0.05,
+        0.1,
+        0.25,
+        0.5,
+        1.0,
+        2.5,
+        5.0,
+        10.0,
+        30.0,
+    ),
+)
+upstream_requests_total = Counter(
+    "reshape_upstream_requests",
+    "Requests sent to origins by the shared pool, by the kind of connection that carried them.",
+    ["policy", "arm", "connection"],
+)
+upstream_connections_active = Gauge(
+    "reshape_upstream_connections_active",
+    "Connections to origins open now, connecting ones included.",
+    multiprocess_mode="livesum",
+)
+upstream_connections_per_host_max = Gauge(
+    "reshape_upstream_connections_per_host_max",
+    "The most connections open to any one origin now (a host label would be unbounded).",
+    multiprocess_mode="max",
+)
+upstream_queue_rejected_total = Counter(
+    "reshape_upstream_queue_rejected",
+    "Requests answered 503 because the per-host queue was full or waited too long.",
+    ["policy", "arm", "reason"],
+)
+upstream_retries_total = Counter(
+    "reshape_upstream_retries",
+    "Requests sent again because their connection ended before any response byte.",
+    ["policy", "arm"],
+)
+post_coalesced_total = Counter(
+    "reshape_post_coalesced",
+    "Requests with a body whose head and body left for the origin in a single write.",
+    ["policy", "arm"],
+)
+pipelining_disabled_total = Counter(
+    "reshape_upstream_pipelining_disabled",
+    "Origins found to break HTTP/1.1 pipelining (no longer pipelined to).",
+)
+
 build_info = Gauge(
     "reshape_build_info",
     "Always 1; labels say which version runs.",
@@ -77,11 +142,21 @@ build_info = Gauge(
 
 def precreate(label_pairs: Iterable[tuple[str, str]]) -> None:
     """Create every known label combination at 0, so queries see series before traffic does."""
+    label_pairs = list(label_pairs)
     for policy, arm in label_pairs:
         transaction_seconds.labels(policy, arm)
         response_bytes_total.labels(policy, arm)
         for proto in CLIENT_PROTOS:
             for outcome in OUTCOMES:
                 requests_total.labels(policy, arm, proto, outcome)
+    for policy, arm in label_pairs:
+        requests_queued_total.labels(policy, arm)
+        request_queue_seconds.labels(policy, arm)
+        upstream_retries_total.labels(policy, arm)
+        post_coalesced_total.labels(policy, arm)
+        for kind in CONNECTION_KINDS:
+            upstream_requests_total.labels(policy, arm, kind)
+        for reason in REJECT_REASONS:
+            upstream_queue_rejected_total.labels(policy, arm, reason)
     for proto in UPSTREAM_PROTOS:
         upstream_connections_opened_total.labels(proto)

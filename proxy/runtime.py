@@ -22,6 +22,7 @@ from mitmproxy.master import Master
 from mitmproxy.utils import asyncio_utils
 
 import proxy
+from addons.upstream_pool import UpstreamPool
 from certs.authority import CertificateAuthority, init_ca
 from proxy import metrics, mitm_patches
 from proxy.addresses import ListenAddress
@@ -29,12 +30,18 @@ from proxy.config import RunConfig
 from proxy.errors import ReshapeError
 from proxy.policy.chooser import PolicyChooser
 from proxy.policy.loader import load_policy_file
-from proxy.policy.schema import PolicyFile
+from proxy.policy.schema import PolicyFile, UpstreamKnobs
 from proxy.policy.selection import label_values
 from proxy.telemetry import Telemetry
+from proxy.upstream.engine import Engine, Route
+from proxy.upstream.gateway import Gateway, RouteHeader
+from proxy.upstream.pool import PoolKey, PoolLimits
 from proxy.upstream_trust import write_trust_bundle
 
 log = logging.getLogger("reshape")
+
+# Each client connection may have this many requests in flight to the internal gateway at once.
+GATEWAY_CONNECTIONS_PER_CLIENT = 256
 
 # mitmproxy logs every client connect/disconnect at INFO; reshape logs start-up facts and errors.
 _QUIET_LOGGERS = ("mitmproxy.proxy.server", "mitmproxy.proxy.mode_servers")
@@ -83,10 +90,15 @@ class ProxyProcess:
         if reuse_port:
             mitm_patches.listen_with_reuse_port()
         self.listen = listen
+        self.prepared = prepared
         self.telemetry = Telemetry()
+        self.engine = Engine(prepared.trust_bundle)
+        self.gateway = Gateway(self.engine, self.route_for)
         self.master = Master(options.Options(), with_termlog=False)
         self.master.addons.add(*mitm_addons.default_addons())
-        self.master.addons.add(PolicyChooser(prepared.policy_file), self.telemetry)
+        self.master.addons.add(
+            mitm_patches.PreferH2ToClients(), PolicyChooser(prepared.policy_file), self.telemetry
+        )
         self.master.options.update(
             listen_host=listen.host,
             listen_port=listen.port,
@@ -95,6 +107,9 @@ class ProxyProcess:
             onboarding=False,  # the admin endpoint serves the CA instead of mitm.it
             # Request bodies above this stream to the origin instead of being held whole.
             stream_large_bodies="1m",
+            # Connect only once the request is known: pooled requests never need mitmproxy's own
+            # connection to the origin (eager would open one per client at CONNECT time).
+            connection_strategy="lazy",
         )
         metrics.precreate(label_values(prepared.policy_file))
         metrics.build_info.labels(proxy.__version__, mitmproxy.version.VERSION).set(1)
@@ -104,8 +119,21 @@ class ProxyProcess:
     def proxyserver(self):  # mitmproxy.addons.proxyserver.Proxyserver
         return self.master.addons.get("proxyserver")
 
+    def route_for(self, header: RouteHeader) -> Route | None:
+        """The engine's route for a request the UpstreamPool addon sent to the gateway."""
+        policy = self.prepared.policy_file.policies.get(header.policy)
+        if policy is None or policy.upstream is None:
+            return None
+        return route(header, policy.upstream)
+
     async def start(self) -> ListenAddress:
         """Listen and run; a ReshapeError (e.g. port in use) if the listener cannot start."""
+        self.engine.start()
+        gateway = await self.gateway.start()
+        gateway_address = (gateway.host, gateway.port)
+        mitm_patches.allow_connections(gateway_address, GATEWAY_CONNECTIONS_PER_CLIENT)
+        self.telemetry.internal_addresses.add(gateway_address)
+        self.master.addons.add(UpstreamPool(gateway, self.gateway.token))
         self._exception_handler.enter_context(
             asyncio_utils.install_exception_handler(self.master._asyncio_exception_handler)
         )
@@ -117,6 +145,8 @@ class ProxyProcess:
                 (str(i.last_exception) for i in instances if i.last_exception), "unknown error"
             )
             self._exception_handler.close()
+            await self.gateway.stop()
+            await self.engine.stop()
             raise ReshapeError(f"cannot listen on {self.listen}: {_strip_mitmproxy_hint(reason)}")
         await self.master.running()
         host, port = self.proxyserver.listen_addrs()[0][:2]
@@ -139,7 +169,38 @@ class ProxyProcess:
                 "drain timed out; abandoning %d requests in flight", self.telemetry.in_flight
             )
         await self.master.done()
+        await self.gateway.stop()
+        await self.engine.stop()
+        await _end_leftover_tasks()
         self._exception_handler.close()
+
+
+async def _end_leftover_tasks() -> None:
+    """Cancel what is still running (idle keep-alive connections, timers) and wait for it, so the
+    process ends without "Task was destroyed" or cancelled-callback noise."""
+    current = asyncio.current_task()
+    leftovers = [task for task in asyncio.all_tasks() if task is not current]
+    for task in leftovers:
+        task.cancel()
+    await asyncio.gather(*leftovers, return_exceptions=True)
+
+
+def route(header: RouteHeader, knobs: UpstreamKnobs) -> Route:
+    return Route(
+        key=PoolKey(header.scheme, header.host, header.port, header.sni),
+        limits=PoolLimits(
+            max_connections=knobs.max_connections_per_host,
+            max_queue=knobs.max_queue,
+            queue_timeout=knobs.queue_timeout,
+            idle_timeout=knobs.idle_timeout,
+            pipeline_depth=knobs.pipeline_depth,
+            http2=knobs.http2,
+        ),
+        connect_timeout=knobs.connect_timeout,
+        read_timeout=knobs.read_timeout,
+        policy=header.policy,
+        arm=header.arm,
+    )
 
 
 def _strip_mitmproxy_hint(reason: str) -> str:

@@ -38,9 +38,14 @@ class ByteCounter:
         return chunk
 
 
+OUTCOME_OVERRIDE = "reshape.outcome"  # set by addons that answer for the origin (e.g. a 503)
+
+
 class Telemetry:
     def __init__(self) -> None:
         self.in_flight = 0
+        # mitmproxy's connections to reshape's own internal listeners are not upstream connections.
+        self.internal_addresses: set[tuple[str, int]] = set()
 
     def client_connected(self, client: connection.Client) -> None:
         metrics.client_connections_total.inc()
@@ -51,7 +56,7 @@ class Telemetry:
 
     def server_connected(self, data: server_hooks.ServerConnectionHookData) -> None:
         # A TLS connection's protocol is known only once ALPN is done: counted below.
-        if not data.server.tls:
+        if not data.server.tls and data.server.address not in self.internal_addresses:
             metrics.upstream_connections_opened_total.labels("h1").inc()
 
     def tls_established_server(self, data: tls.TlsData) -> None:
@@ -71,7 +76,9 @@ class Telemetry:
                 max(0.0, response.timestamp_start - flow.request.timestamp_end)
             )
         # Stream every body: the proxy never holds a whole response, whatever its size.
-        if not response.stream:
+        # (mitmproxy may already have set `stream = True` for a large body; a callable streams
+        # just the same and counts.)
+        if not callable(response.stream):
             response.stream = ByteCounter()
 
     def response(self, flow: http.HTTPFlow) -> None:
@@ -83,7 +90,7 @@ class Telemetry:
         else:
             body_bytes = len(response.raw_content or b"")
         metrics.response_bytes_total.labels(selection.policy_name, selection.arm).inc(body_bytes)
-        self._finish(flow, "ok")
+        self._finish(flow, flow.metadata.get(OUTCOME_OVERRIDE, "ok"))
 
     def error(self, flow: http.HTTPFlow) -> None:
         client_gone = flow.client_conn.timestamp_end is not None

@@ -68,8 +68,12 @@ def nginx_origin(
     tls: IssuedCert | None = None,
     http2: bool = False,
     workdir: Path | None = None,
+    keepalive_requests: int = 10_000,
 ) -> Iterator[Origin]:
     """nginx serving `root` statically on `host`; HTTPS with `tls`, h2 (via ALPN) with `http2`.
+
+    `keepalive_requests`: nginx closes a connection after answering this many requests on it
+    (the last one says `Connection: close`) — an origin that ends pipelines early.
 
     With `port=0` a free port is picked. Logs and the generated nginx.conf go to `workdir`
     (a temporary directory, removed afterwards, if None).
@@ -79,7 +83,9 @@ def nginx_origin(
         raise ValueError("nginx_origin: http2=True needs tls (h2 is offered via ALPN)")
     protocols = ("h2", "http/1.1") if http2 else ("http/1.1",)
     with _directory(workdir, "reshape-nginx-") as directory:
-        process, chosen = _start_nginx(root.resolve(), host, port, tls, http2, directory)
+        process, chosen = _start_nginx(
+            root.resolve(), host, port, tls, http2, directory, keepalive_requests
+        )
         try:
             yield Origin(
                 host, chosen, "https" if tls else "http", protocols, directory / "access.log"
@@ -96,8 +102,12 @@ def hypercorn_origin(
     port: int = 0,
     tls: IssuedCert | None = None,
     workdir: Path | None = None,
+    keep_alive_max_requests: int = 1_000_000,
 ) -> Iterator[Origin]:
     """hypercorn serving `root` statically on `host`; with `tls`, HTTPS offering h2 and HTTP/1.1.
+
+    `keep_alive_max_requests`: hypercorn ends a connection (HTTP/2: GOAWAY) after this many
+    requests; its own default, 1,000, would make "one connection" depend on the request count.
 
     With `port=0` a free port is picked. Logs go to `workdir` (temporary if None).
     """
@@ -123,6 +133,8 @@ def hypercorn_origin(
                 "uvloop",
                 "--graceful-timeout",
                 "1",
+                "--config",
+                str(_hypercorn_config(directory, keep_alive_max_requests)),
                 "--access-logfile",
                 str(directory / "access.log"),
                 "--error-logfile",
@@ -160,7 +172,13 @@ def hypercorn_origin(
 
 
 def nginx_config(
-    root: Path, host: str, port: int, tls: IssuedCert | None, http2: bool, directory: Path
+    root: Path,
+    host: str,
+    port: int,
+    tls: IssuedCert | None,
+    http2: bool,
+    directory: Path,
+    keepalive_requests: int = 10_000,
 ) -> str:
     """The nginx.conf for one static origin whose pid, logs and temp files live in `directory`."""
     listen = f"{_bracketed(host)}:{port}" + (" ssl" if tls else "") + (" http2" if http2 else "")
@@ -206,7 +224,7 @@ http {{
     tcp_nopush on;
     tcp_nodelay on;
     keepalive_timeout 65s;
-    keepalive_requests 10000;
+    keepalive_requests {keepalive_requests};
     # The bytes on the wire must be the bytes on disk, which the site manifests hash.
     gzip off;
     server_tokens off;
@@ -230,6 +248,7 @@ def _start_nginx(
     tls: IssuedCert | None,
     http2: bool,
     directory: Path,
+    keepalive_requests: int,
 ) -> tuple[subprocess.Popen[bytes], int]:
     # nginx cannot be handed a bound socket, so a picked port may be taken before nginx binds it:
     # then pick again.
@@ -237,7 +256,7 @@ def _start_nginx(
     for attempt in range(1, attempts + 1):
         chosen = port or _free_port(host)
         conf = directory / "nginx.conf"
-        conf.write_text(nginx_config(root, host, chosen, tls, http2, directory))
+        conf.write_text(nginx_config(root, host, chosen, tls, http2, directory, keepalive_requests))
         pid_file = directory / "nginx.pid"
         pid_file.unlink(missing_ok=True)
         for kind in _NGINX_TEMP_KINDS:
@@ -334,6 +353,12 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def _hypercorn_config(directory: Path, keep_alive_max_requests: int) -> Path:
+    config = directory / "hypercorn.toml"
+    config.write_text(f"keep_alive_max_requests = {keep_alive_max_requests}\n")
+    return config
 
 
 @contextmanager

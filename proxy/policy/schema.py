@@ -28,8 +28,52 @@ def _glob(value: str) -> str | None:
 
 
 @dataclass(frozen=True)
+class UpstreamKnobs:
+    """The shared pool of origin connections (proxy/upstream/)."""
+
+    max_connections_per_host: int = knob(
+        6,
+        doc="Connections to one origin (scheme, host, port, TLS name), all clients together.",
+        minimum=1,
+        maximum=1000,
+    )
+    max_queue: int = knob(
+        1000,
+        doc="Requests that may wait for a connection per origin; beyond it: 503.",
+        minimum=0,
+    )
+    queue_timeout: float = knob(
+        30.0, doc="Seconds a request may wait for a connection; beyond it: 503.", minimum=0.001
+    )
+    idle_timeout: float = knob(
+        60.0, doc="Seconds an idle keep-alive connection to an origin is kept.", minimum=0.0
+    )
+    http2: bool = knob(True, doc="Use HTTP/2 where the origin offers it by ALPN.")
+    pipeline_depth: int = knob(
+        0,
+        doc="HTTP/1.1 pipelining: most requests in flight on one connection (0 = off).",
+        minimum=0,
+        maximum=64,
+    )
+    connect_timeout: float = knob(
+        10.0, doc="Seconds to open a connection (TCP and TLS) to an origin.", minimum=0.001
+    )
+    read_timeout: float = knob(
+        60.0,
+        doc="Seconds an origin may stay silent: before the response head (then 504), or "
+        "between body bytes (then the response is cut off).",
+        minimum=0.001,
+    )
+
+
+@dataclass(frozen=True)
 class Policy:
     """A named bundle of knobs; an empty mapping `{}` means plain proxying."""
+
+    upstream: UpstreamKnobs | None = knob(
+        None,
+        doc="Route requests through reshape's shared pool (absent: mitmproxy's own connections).",
+    )
 
 
 @dataclass(frozen=True)

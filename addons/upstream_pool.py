@@ -1,0 +1,75 @@
+"""Hands requests whose policy has an `upstream:` section to reshape's shared pool of origin
+connections (proxy/upstream/), through the engine's internal gateway.
+
+Thin on purpose: it only rewrites where mitmproxy sends the request and records the outcome the
+gateway reports. Requests under a policy without `upstream:` are left to mitmproxy.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from mitmproxy import http
+
+from proxy.addresses import ListenAddress
+from proxy.policy.chooser import selection_of
+from proxy.upstream.gateway import OUTCOME_HEADER, ROUTE_HEADER, RouteHeader
+
+POOLED = "reshape.pooled"
+OUTCOME = "reshape.outcome"
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def route_of(flow: http.HTTPFlow) -> RouteHeader:
+    """Where the request really goes, before the addon points it at the gateway."""
+    request = flow.request
+    default_port = 443 if request.scheme == "https" else 80
+    authority = request.host_header or (
+        request.host if request.port == default_port else f"{request.host}:{request.port}"
+    )
+    sni = flow.client_conn.sni or (None if _is_ip(request.host) else request.host)
+    selection = selection_of(flow)
+    return RouteHeader(
+        scheme=request.scheme,
+        host=request.host,
+        port=request.port,
+        sni=sni if request.scheme == "https" else None,
+        authority=authority,
+        policy=selection.policy_name,
+        arm=selection.arm,
+    )
+
+
+class UpstreamPool:
+    def __init__(self, gateway: ListenAddress, token: str) -> None:
+        self.gateway = gateway
+        self.token = token
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        # A route header from a client is never trusted, whatever the policy.
+        flow.request.headers.pop(ROUTE_HEADER, None)
+        if flow.response is not None or flow.request.method == "CONNECT":
+            return
+        if selection_of(flow).policy.upstream is None:
+            return
+        if "upgrade" in flow.request.headers:
+            return  # WebSocket and other upgrades stay with mitmproxy
+        route = route_of(flow)
+        flow.request.headers[ROUTE_HEADER] = route.encode(self.token)
+        flow.request.scheme = "http"
+        flow.request.host = self.gateway.host
+        flow.request.port = self.gateway.port
+        flow.metadata[POOLED] = True
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        if flow.metadata.get(POOLED) and flow.response is not None:
+            outcome = flow.response.headers.pop(OUTCOME_HEADER, None)
+            if outcome:
+                flow.metadata[OUTCOME] = outcome

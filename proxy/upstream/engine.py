@@ -1,0 +1,332 @@
+"""The upstream engine's asyncio driver: executes what the sans-IO pools decide.
+
+One `Engine` per proxy process. For each request it asks the destination's `HostPool` for a
+connection, waits (queued) until the pool assigns one, sends the request on it and hands back the
+streamed response. Connections report what happens on them (`ConnectionRecord`, a
+ConnectionListener) and the driver feeds that back into the pool, running every action the pool
+returns: open, assign, reject, fail, close. A ticker drives timeouts (queue and idle).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Coroutine, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from proxy import metrics
+from proxy.upstream.exchange import Unanswered, UpstreamError, UpstreamRequest, UpstreamResponse
+from proxy.upstream.h1_upstream import H1Upstream
+from proxy.upstream.h2_upstream import H2Upstream
+from proxy.upstream.pool import (
+    Action,
+    Assign,
+    Close,
+    Fail,
+    HostPool,
+    Open,
+    PoolKey,
+    PoolLimits,
+    Proto,
+    Reject,
+    RejectReason,
+    Retry,
+)
+from proxy.upstream.tls import ALPN_H1, ALPN_H2, SessionCache, TlsClient, client_context
+from proxy.upstream.wire import Wire, WireError
+
+log = logging.getLogger("reshape.upstream")
+
+TICK_SECONDS = 0.05
+# How long a new HTTP/2 connection waits for the server's SETTINGS (its stream limit).
+SETTINGS_WAIT = 1.0
+
+
+class QueueRejected(UpstreamError):
+    """No connection could be had in time: the client gets 503 with Retry-After."""
+
+    def __init__(self, reason: RejectReason, retry_after: int) -> None:
+        super().__init__(
+            {
+                RejectReason.QUEUE_FULL: "too many requests waiting for this origin",
+                RejectReason.QUEUE_TIMEOUT: "waited too long for a connection to this origin",
+                RejectReason.CONNECT_FAILED: "could not connect to the origin",
+            }[reason]
+        )
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class FirstByteTimeout(UpstreamError):
+    """The origin sent no response head within the route's read timeout: the client gets 504."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a request goes and under which knobs, as the policy says."""
+
+    key: PoolKey
+    limits: PoolLimits
+    connect_timeout: float
+    read_timeout: float
+    policy: str
+    arm: str
+
+
+class Waiter:
+    """One request's place in the pool: the pool's decisions about it arrive in `mailbox`."""
+
+    def __init__(self, waiter_id: int, route: Route) -> None:
+        self.id = waiter_id
+        self.route = route
+        self.mailbox: asyncio.Queue[Action] = asyncio.Queue()
+
+
+class ConnectionRecord:
+    """One open (or opening) upstream connection; relays its reports into the pool."""
+
+    def __init__(self, engine: Engine, pool: HostPool, conn_id: int) -> None:
+        self.engine = engine
+        self.pool = pool
+        self.conn_id = conn_id
+        self.upstream: H1Upstream | H2Upstream | None = None
+        self.tls: TlsClient | None = None
+        # Waiters the pool assigned here whose responses have not ended: on loss, those whose
+        # response had not begun (sent or not yet) go back to the pool as unanswered.
+        self.assigned: set[int] = set()
+
+    # ConnectionListener
+
+    def request_done(self, waiter_id: int, reusable: bool) -> None:
+        self.assigned.discard(waiter_id)
+        self.engine.run(
+            self.pool,
+            self.pool.request_done(self.conn_id, waiter_id, self.engine.now(), reusable=reusable),
+        )
+
+    def unanswered(self, waiter_ids: list[int]) -> None:
+        self.assigned.difference_update(waiter_ids)
+        self.engine.run(
+            self.pool, self.pool.requests_unanswered(self.conn_id, waiter_ids, self.engine.now())
+        )
+
+    def max_streams_changed(self, max_streams: int) -> None:
+        self.engine.run(
+            self.pool, self.pool.max_streams_changed(self.conn_id, max_streams, self.engine.now())
+        )
+
+    def goaway(self) -> None:
+        self.engine.run(self.pool, self.pool.goaway(self.conn_id, self.engine.now()))
+
+    def lost(self, answered: list[int], *, graceful: bool = False) -> None:
+        if self.tls is not None:
+            self.engine.sessions.put(self.pool.key, self.tls.session)
+        self.engine.forget_connection(self)
+        unanswered = sorted(self.assigned.difference(answered))
+        self.assigned.clear()
+        broken_before = self.pool.pipelining_broken
+        actions = self.pool.connection_lost(
+            self.conn_id, self.engine.now(), unanswered=unanswered, graceful=graceful
+        )
+        if self.pool.pipelining_broken and not broken_before:
+            metrics.pipelining_disabled_total.inc()
+            log.warning(
+                "%s closed a pipeline without warning: no longer pipelining to it",
+                _describe(self.pool.key),
+            )
+        self.engine.run(self.pool, actions)
+
+
+class Engine:
+    def __init__(self, trust_bundle: Path | None) -> None:
+        self.pools: dict[PoolKey, HostPool] = {}
+        self.connections: dict[tuple[PoolKey, int], ConnectionRecord] = {}
+        self.waiters: dict[int, Waiter] = {}
+        self.sessions = SessionCache()
+        self._contexts = {
+            True: client_context(trust_bundle, [ALPN_H2, ALPN_H1]),
+            False: client_context(trust_bundle, [ALPN_H1]),
+        }
+        self._connect_timeouts: dict[PoolKey, float] = {}
+        self._next_waiter = 0
+        self._ticker: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def start(self) -> None:
+        self._ticker = asyncio.create_task(self._tick_forever(), name="upstream pool ticker")
+
+    async def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+        now = self.now()
+        for pool in list(self.pools.values()):
+            self.run(pool, pool.close_all(now))
+        for task in list(self._tasks):
+            task.cancel()
+
+    # requests
+
+    async def exchange(self, route: Route, request: UpstreamRequest) -> UpstreamResponse:
+        """Send `request` on a pooled connection; the response head has arrived on return."""
+        pool = self._pool(route)
+        self._next_waiter += 1
+        waiter = Waiter(self._next_waiter, route)
+        self.waiters[waiter.id] = waiter
+        labels = (route.policy, route.arm)
+        started = self.now()
+        try:
+            self.run(pool, pool.request(waiter.id, started, idempotent=request.idempotent))
+            if waiter.mailbox.empty():
+                metrics.requests_queued_total.labels(*labels).inc()
+            while True:
+                decision = await waiter.mailbox.get()
+                if isinstance(decision, Reject):
+                    if decision.reason is not RejectReason.CONNECT_FAILED:
+                        metrics.upstream_queue_rejected_total.labels(
+                            *labels, decision.reason.value
+                        ).inc()
+                        raise QueueRejected(
+                            decision.reason, max(1, math.ceil(route.limits.queue_timeout / 4))
+                        )
+                    raise UpstreamError(f"could not connect to {_describe(route.key)}")
+                if isinstance(decision, Fail):
+                    raise UpstreamError(f"{_describe(route.key)}: {decision.message}")
+                assert isinstance(decision, Assign), decision
+                record = self.connections.get((route.key, decision.conn_id))
+                if record is None or record.upstream is None:
+                    continue  # the connection vanished meanwhile; the pool re-decides
+                metrics.upstream_requests_total.labels(*labels, decision.kind.value).inc()
+                metrics.request_queue_seconds.labels(*labels).observe(self.now() - started)
+                if request.body or request.body_stream is not None:
+                    metrics.post_coalesced_total.labels(*labels).inc()
+                try:
+                    return await asyncio.wait_for(
+                        record.upstream.exchange(waiter.id, request), route.read_timeout
+                    )
+                except TimeoutError:
+                    raise FirstByteTimeout(
+                        f"{_describe(route.key)} sent no response within {route.read_timeout:g} s"
+                    ) from None
+                except Unanswered:
+                    # The connection reported it; the pool sends it again (or fails it).
+                    metrics.upstream_retries_total.labels(*labels).inc()
+                    continue
+        except asyncio.CancelledError:
+            self.run(pool, pool.cancel(waiter.id, self.now()))
+            raise
+        finally:
+            self.waiters.pop(waiter.id, None)
+
+    # the pool's decisions
+
+    def run(self, pool: HostPool, actions: Iterable[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Open):
+                record = ConnectionRecord(self, pool, action.conn_id)
+                self.connections[(pool.key, action.conn_id)] = record
+                metrics.upstream_connections_active.inc()
+                self._spawn(self._connect(pool, record), f"connect {_describe(pool.key)}")
+            elif isinstance(action, Close):
+                closing = self.connections.get((pool.key, action.conn_id))
+                if closing is not None and closing.upstream is not None:
+                    closing.upstream.close()
+            elif isinstance(action, Retry):
+                pass  # counted where the request learns it went unanswered
+            elif isinstance(action, (Assign, Reject, Fail)):
+                if isinstance(action, Assign):
+                    assigned_to = self.connections.get((pool.key, action.conn_id))
+                    if assigned_to is not None:
+                        assigned_to.assigned.add(action.waiter_id)
+                waiter = self.waiters.get(action.waiter_id)
+                if waiter is not None:
+                    waiter.mailbox.put_nowait(action)
+                elif isinstance(action, Assign):
+                    # Its client left between the decision and now: give the slot back.
+                    self.run(
+                        pool,
+                        pool.request_done(
+                            action.conn_id, action.waiter_id, self.now(), reusable=True
+                        ),
+                    )
+
+    def forget_connection(self, record: ConnectionRecord) -> None:
+        if self.connections.pop((record.pool.key, record.conn_id), None) is not None:
+            metrics.upstream_connections_active.dec()
+
+    async def _connect(self, pool: HostPool, record: ConnectionRecord) -> None:
+        key = pool.key
+        route_timeout = self._connect_timeouts.get(key, 10.0)
+        tls = None
+        if key.scheme == "https":
+            tls = TlsClient(
+                self._contexts[pool.limits.http2],
+                key.sni or key.host,
+                session=self.sessions.get(key),
+            )
+        record.tls = tls
+        try:
+            wire = await Wire.open(key.host, key.port, tls=tls, timeout=route_timeout)
+        except WireError as e:
+            log.warning("upstream %s: %s", _describe(key), e)
+            self.forget_connection(record)
+            self.run(pool, pool.connection_failed(record.conn_id, self.now()))
+            return
+        if wire.alpn == ALPN_H2:
+            h2_upstream = H2Upstream(wire, record)
+            record.upstream = h2_upstream
+            h2_upstream.start()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(h2_upstream.settings_received.wait(), SETTINGS_WAIT)
+            proto, max_streams = Proto.H2, h2_upstream.max_streams
+        else:
+            record.upstream = H1Upstream(wire, record)
+            proto, max_streams = Proto.H1, 1
+        metrics.upstream_connections_opened_total.labels(proto.value).inc()
+        if tls is not None:
+            self.sessions.put(key, tls.session)
+        self.run(
+            pool,
+            pool.connection_ready(record.conn_id, proto, self.now(), max_streams=max_streams),
+        )
+
+    # plumbing
+
+    def _pool(self, route: Route) -> HostPool:
+        pool = self.pools.get(route.key)
+        if pool is None:
+            pool = self.pools[route.key] = HostPool(route.key, route.limits)
+        elif pool.limits != route.limits:
+            self.run(pool, pool.set_limits(route.limits, self.now()))
+        self._connect_timeouts[route.key] = route.connect_timeout
+        return pool
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coroutine, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            now = self.now()
+            metrics.upstream_connections_per_host_max.set(
+                max((p.active_connections for p in self.pools.values()), default=0)
+            )
+            for key, pool in list(self.pools.items()):
+                self.run(pool, pool.tick(now))
+                unused = pool.active_connections == 0 and pool.queued == 0 and pool.in_flight == 0
+                # An unused pool is dropped unless it remembers that its origin breaks pipelines.
+                if unused and not pool.pipelining_broken:
+                    del self.pools[key]
+                    self._connect_timeouts.pop(key, None)
+
+
+def _describe(key: PoolKey) -> str:
+    return f"{key.scheme}://{key.host}:{key.port}"

@@ -1,0 +1,105 @@
+"""What passes between the engine and one upstream connection: a request, a streamed response."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+Headers = list[tuple[bytes, bytes]]
+
+IDEMPOTENT_METHODS = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
+
+# Connection-specific fields (RFC 9110 §7.6.1): they describe one hop and never travel further.
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"transfer-encoding",
+        b"te",
+        b"upgrade",
+        b"proxy-authorization",
+        b"proxy-authenticate",
+        b"trailer",
+    }
+)
+
+
+class UpstreamError(Exception):
+    """The origin could not be reached or broke the exchange; the client gets a 502."""
+
+
+class Unanswered(UpstreamError):
+    """The connection ended before any byte of this request's response arrived.
+
+    Safe to send again for idempotent requests (and for HTTP/2 streams the server refused or
+    never processed); the pool decides.
+    """
+
+
+@dataclass
+class UpstreamRequest:
+    method: bytes
+    scheme: bytes
+    authority: bytes  # host[:port] as the client wrote it (Host header / :authority)
+    target: bytes  # path and query
+    headers: Headers  # end-to-end fields only, no Host
+    body: bytes = b""
+    # A body still arriving from the client; such a request cannot be replayed, so it is never
+    # pipelined or retried.
+    body_stream: AsyncIterator[bytes] | None = None
+    trailers: Headers = field(default_factory=list)
+
+    @property
+    def idempotent(self) -> bool:
+        return self.method in IDEMPOTENT_METHODS and self.body_stream is None
+
+
+class UpstreamResponse(Protocol):
+    status: int
+    reason: bytes
+    headers: Headers
+    http_version: str  # "HTTP/1.1" or "HTTP/2"
+    trailers: Headers  # complete once read() has returned b""
+
+    async def read(self) -> bytes:
+        """The next piece of the body; b"" at its end. Raises UpstreamError if it broke."""
+        ...
+
+    def abort(self) -> None:
+        """The client went away: stop this response (the connection may have to close)."""
+        ...
+
+
+class ConnectionListener(Protocol):
+    """What an upstream connection reports, as it happens, to whoever keeps the books (the pool)."""
+
+    def request_done(self, waiter_id: int, reusable: bool) -> None:
+        """The response ended (or was abandoned); `reusable` False: take no more on this one."""
+
+    def unanswered(self, waiter_ids: list[int]) -> None:
+        """These requests got no response byte and were not processed: send them elsewhere."""
+
+    def max_streams_changed(self, max_streams: int) -> None:
+        """HTTP/2: the server changed how many streams it takes at once."""
+
+    def goaway(self) -> None:
+        """HTTP/2: the server takes no new streams on this connection."""
+
+    def lost(self, answered: list[int], *, graceful: bool = False) -> None:
+        """The connection is gone, reported exactly once. `answered`: requests whose response had
+        begun (they end with an error); every other request assigned to it got no byte.
+        `graceful`: the origin announced the close (Connection: close)."""
+
+
+def end_to_end(headers: Headers) -> Headers:
+    """`headers` without hop-by-hop fields, including those the Connection field names."""
+    named = {
+        token.strip().lower()
+        for name, value in headers
+        if name.lower() == b"connection"
+        for token in value.split(b",")
+    }
+    drop = HOP_BY_HOP | named
+    return [(name, value) for name, value in headers if name.lower() not in drop]
