@@ -12,6 +12,7 @@ declare -A wanted=(
   [prometheus]=prometheus
   [node]=nodejs
   [npm]=npm
+  [go]=golang-go
 )
 
 missing=()

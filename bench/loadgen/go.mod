@@ -1,0 +1,3 @@
+module reshape/bench/loadgen
+
+go 1.19

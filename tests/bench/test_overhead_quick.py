@@ -1,0 +1,119 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.overhead_loadgen import LoadgenError, LoadResult, go_binary
+from bench.overhead_report import (
+    HEADING,
+    RESULTS_HEADER,
+    Measurement,
+    replace_section,
+    table_rows,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+OVERHEAD = REPO / "bench" / "overhead"
+SECTION = f"{HEADING}\n\nnew figures\n"
+
+
+def _result(rps: float, p50: float, p99: float, errors: int = 0) -> LoadResult:
+    return LoadResult(
+        requests=int(rps),
+        errors=errors,
+        warmup_errors=0,
+        rps=rps,
+        p50_ms=p50,
+        p90_ms=p50,
+        p99_ms=p99,
+        max_ms=p99,
+        bytes=int(rps) * 1024,
+        connects=10,
+        duration_s=1.0,
+        error_samples=(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        ("", RESULTS_HEADER + "\n" + SECTION),
+        ("# Results\n\n## Other\n\nkept\n", "# Results\n\n## Other\n\nkept\n\n" + SECTION),
+        (
+            f"# Results\n\n## A\n\na\n\n{HEADING}\n\nold\n\n## B\n\nb\n",
+            f"# Results\n\n## A\n\na\n\n{SECTION}\n## B\n\nb\n",
+        ),
+        (f"# Results\n\n{HEADING}\n\nold\nold\n", f"# Results\n\n{SECTION}"),
+    ],
+    ids=["new-file", "appended", "between-others", "last"],
+)
+def test_replace_section_touches_only_its_own(document: str, expected: str) -> None:
+    assert replace_section(document, SECTION) == expected
+
+
+def test_table_adds_latency_over_direct_and_ratios_within_the_scheme() -> None:
+    measurements = [
+        Measurement("direct", "direct", "http", (_result(20_000, 0.5, 2.0),)),
+        Measurement("squid", "squid", "http", (_result(5_000, 2.0, 6.0),)),
+        Measurement("mitmdump", "mitmdump", "http", (_result(500, 20.0, 40.0),)),
+        Measurement("mitmdump", "mitmdump", "https", (_result(250, 40.0, 80.0),)),
+    ]
+    rows = {(row[0], row[1]): row for row in table_rows(measurements)}
+    assert rows[("squid", "http")][2:9] == (
+        "5,000",
+        "2.00",
+        "6.00",
+        "+1.50",
+        "+4.00",
+        "10.00x",
+        "1.00x",
+    )
+    assert rows[("direct", "http")][5:7] == ("-", "-")
+    assert rows[("squid", "http")][9:11] == ("-", "-")  # no CPU figures were given
+    assert rows[("mitmdump", "https")][5:9] == ("-", "-", "1.00x", "-")
+
+
+@pytest.mark.slow
+def test_quick_run_measures_every_row_without_errors(tmp_path: Path) -> None:
+    try:
+        go_binary()
+    except LoadgenError as error:
+        pytest.skip(str(error))
+    results = tmp_path / "RESULTS.md"
+    figures = tmp_path / "figures.json"
+    bench = subprocess.Popen(
+        [
+            *(sys.executable, str(OVERHEAD), "--quick", "--configs", "direct,mitmdump,reshape"),
+            *("--duration", "1.5", "--no-record", "--results", str(results)),
+            *("--json", str(figures)),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        stdout, stderr = bench.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        # SIGTERM, not SIGKILL: the bench then stops the proxies and origins it started.
+        bench.terminate()
+        stdout, stderr = bench.communicate(timeout=30)
+        pytest.fail(f"bench/overhead --quick took over 120 s:\n{stderr}")
+    assert bench.returncode == 0, stderr
+    rows = {
+        tuple(cell.strip() for cell in line.strip("|").split("|")[:2])
+        for line in stdout.splitlines()
+        if line.startswith("| ")
+    }
+    for config in ("direct", "mitmdump", "reshape"):
+        for scheme in ("http", "https"):
+            assert (config, scheme) in rows, stdout
+    for measured in json.loads(figures.read_text()):
+        for run in measured["runs"]:
+            assert run["requests"] > 0, measured
+            assert run["errors"] == run["warmup_errors"] == 0, measured
+    assert not results.exists()
