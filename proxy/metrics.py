@@ -127,6 +127,11 @@ post_coalesced_total = Counter(
     "Requests with a body whose head and body left for the origin in a single write.",
     ["policy", "arm"],
 )
+upstream_tls_handshakes_total = Counter(
+    "reshape_upstream_tls_handshakes",
+    "TLS handshakes with origins, by whether an earlier session was resumed.",
+    ["resumed"],
+)
 pipelining_disabled_total = Counter(
     "reshape_upstream_pipelining_disabled",
     "Origins found to break HTTP/1.1 pipelining (no longer pipelined to).",
@@ -160,3 +165,5 @@ def precreate(label_pairs: Iterable[tuple[str, str]]) -> None:
             upstream_queue_rejected_total.labels(policy, arm, reason)
     for proto in UPSTREAM_PROTOS:
         upstream_connections_opened_total.labels(proto)
+    for resumed in ("yes", "no"):
+        upstream_tls_handshakes_total.labels(resumed)

@@ -46,7 +46,7 @@ class UpstreamKnobs:
         30.0, doc="Seconds a request may wait for a connection; beyond it: 503.", minimum=0.001
     )
     idle_timeout: float = knob(
-        60.0, doc="Seconds an idle keep-alive connection to an origin is kept.", minimum=0.0
+        60.0, doc="Seconds an idle keep-alive connection to an origin is kept.", minimum=0.001
     )
     http2: bool = knob(True, doc="Use HTTP/2 where the origin offers it by ALPN.")
     pipeline_depth: int = knob(

@@ -290,6 +290,9 @@ class Engine:
             proto, max_streams = Proto.H1, 1
         metrics.upstream_connections_opened_total.labels(proto.value).inc()
         if tls is not None:
+            metrics.upstream_tls_handshakes_total.labels(
+                "yes" if tls.session_reused else "no"
+            ).inc()
             self.sessions.put(key, tls.session)
         self.run(
             pool,

@@ -105,6 +105,8 @@ class Gateway:
             log.warning("response broken off: %s", e)
         except (h11.ProtocolError, ConnectionError, asyncio.IncompleteReadError) as e:
             log.debug("gateway connection ended: %s", e)
+        except Exception:  # a bug of ours: end this connection, keep serving the others
+            log.exception("internal error in the upstream gateway")
         finally:
             writer.close()
 

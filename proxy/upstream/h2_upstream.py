@@ -18,6 +18,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
+import hyperframe.frame
 from h2.errors import ErrorCodes
 
 from proxy.upstream.exchange import (
@@ -90,13 +91,31 @@ class H2Response:
         self._readable.set()
 
 
+class _GoawayTolerantConnection(h2.connection.H2Connection):
+    """h2 4.3 moves a connection to CLOSED on any GOAWAY it receives, and then refuses the
+    frames of the streams the server is still finishing — RFC 9113 §6.8 says streams up to
+    last_stream_id complete normally. For a graceful GOAWAY (NO_ERROR) this keeps the
+    connection open; H2Upstream opens no new stream once it has seen one."""
+
+    def _receive_goaway_frame(
+        self, frame: hyperframe.frame.GoAwayFrame
+    ) -> tuple[list[hyperframe.frame.Frame], list[h2.events.Event]]:
+        if frame.error_code != ErrorCodes.NO_ERROR:
+            return super()._receive_goaway_frame(frame)
+        event = h2.events.ConnectionTerminated()
+        event.error_code = ErrorCodes.NO_ERROR
+        event.last_stream_id = frame.last_stream_id
+        event.additional_data = frame.additional_data or None
+        return [], [event]
+
+
 class H2Upstream:
     """A client-side HTTP/2 connection; `exchange()` opens one stream per request."""
 
     def __init__(self, wire: Wire, listener: ConnectionListener) -> None:
         self.wire = wire
         config = h2.config.H2Configuration(client_side=True, header_encoding=None)
-        self.h2 = h2.connection.H2Connection(config)
+        self.h2 = _GoawayTolerantConnection(config)
         self._streams: dict[int, H2Response] = {}
         self._waiter_of: dict[int, int] = {}  # stream id → pool waiter id
         self._window_open = asyncio.Event()

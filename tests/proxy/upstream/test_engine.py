@@ -283,3 +283,138 @@ def _wait_for_capture(tshark: subprocess.Popen[bytes]) -> None:
         if tshark.poll() is not None:
             raise AssertionError("tshark exited: " + line.decode())
     time.sleep(0.3)
+
+
+@pytest.mark.slow
+def test_h2_goaway_sends_unprocessed_streams_elsewhere(
+    start_reshape: StartProxy,
+    site: Path,
+    tmp_path: Path,
+    origin_pki: OriginPKI,
+    relay_thread: RelayThread,
+) -> None:
+    # nginx sends GOAWAY after every 50 requests on a connection (keepalive_requests applies
+    # to HTTP/2): streams above the last one it will process must go again, none lost.
+    tls = origin_pki.issue(["127.0.0.15"])
+    with nginx_origin(site, "127.0.0.5", tls=tls, http2=True, keepalive_requests=50) as origin:
+        relay = relay_thread.add("127.0.0.15", (origin.host, origin.port))
+        proxy = start_reshape(policy=policy_file(tmp_path, "{}"))
+        browsers(proxy, f"https://127.0.0.15:{relay.port}", trust=proxy.ca_cert)
+    total = BROWSERS * RESOURCES
+    assert proxy.metric("reshape_requests_total", outcome="ok") == total
+    assert relay.stats.accepted >= total // 50
+    assert proxy.metric("reshape_upstream_connections_opened_total", proto="h2") >= total // 50
+
+
+class AbruptOrigin:
+    """An HTTP/1.1 origin that reads pipelined GETs and, after answering `per_connection`
+    of them on a connection, drops it without `Connection: close` — a broken pipeline."""
+
+    def __init__(self, host: str, per_connection: int) -> None:
+        self.host, self.per_connection = host, per_connection
+        self.served: list[str] = []
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self.port = 0
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in range(self.per_connection):
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                break
+            path = head.split(b" ")[1].decode()
+            self.served.append(path)
+            body = resource(int(path.strip("/r.bin")))
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            await writer.drain()
+        writer.transport.abort()
+
+    def __enter__(self) -> AbruptOrigin:
+        self._thread.start()
+        server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._handle, self.host, 0), self._loop
+        ).result(5)
+        self.port = server.sockets[0].getsockname()[1]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+
+@pytest.mark.slow
+def test_an_origin_that_breaks_pipelines_loses_nothing_and_is_no_longer_pipelined_to(
+    start_reshape: StartProxy, tmp_path: Path
+) -> None:
+    with AbruptOrigin("127.0.0.7", per_connection=5) as origin:
+        proxy = start_reshape(
+            policy=policy_file(tmp_path, "{max_connections_per_host: 2, pipeline_depth: 8}")
+        )
+        browsers(proxy, f"http://{origin.host}:{origin.port}")
+        pipelined_at_the_end = proxy.metric(
+            "reshape_upstream_requests_total", connection="pipelined"
+        )
+        # Once marked, later requests are not pipelined any more.
+        browsers(proxy, f"http://{origin.host}:{origin.port}")
+    total = BROWSERS * RESOURCES
+    assert proxy.metric("reshape_requests_total", outcome="ok") == 2 * total
+    assert proxy.metric("reshape_upstream_pipelining_disabled_total") == 1
+    assert proxy.metric("reshape_upstream_requests_total", connection="pipelined") == (
+        pipelined_at_the_end
+    )
+    # Every response was intact (checked by browsers()); the origin answered each request once
+    # or, for a request it read but dropped unanswered, once more on another connection.
+    assert len(origin.served) >= 2 * total
+
+
+@pytest.mark.slow
+def test_a_client_that_leaves_the_queue_frees_its_place(
+    start_reshape: StartProxy, tmp_path: Path
+) -> None:
+    import socket
+
+    from tests.proxy.test_serve import SlowOrigin
+
+    with SlowOrigin("127.0.0.6", delay=2.0) as origin:
+        proxy = start_reshape(
+            policy=policy_file(
+                tmp_path, "{max_connections_per_host: 1, max_queue: 1, queue_timeout: 10}"
+            )
+        )
+        host, port = proxy.listen.split(":")
+        request = (
+            f"GET http://{origin.host}:{origin.port}/ HTTP/1.1\r\n"
+            f"Host: {origin.host}:{origin.port}\r\n\r\n"
+        ).encode()
+        first = socket.create_connection((host, int(port)))
+        first.sendall(request)  # takes the one connection for 2 s
+        time.sleep(0.3)
+        leaver = socket.create_connection((host, int(port)))
+        leaver.sendall(request)  # queued: the queue is now full
+        time.sleep(0.3)
+        leaver.close()  # ... and leaves it
+        time.sleep(0.3)
+        third = socket.create_connection((host, int(port)))
+        third.sendall(request)  # finds the place the leaver gave back
+        assert first.recv(4096).startswith(b"HTTP/1.1 200")
+        third.settimeout(10)
+        assert third.recv(4096).startswith(b"HTTP/1.1 200")
+        first.close()
+        third.close()
+    assert proxy.metric("reshape_upstream_queue_rejected_total") == 0
+
+
+def test_tls_sessions_to_origins_are_resumed(
+    start_reshape: StartProxy, site: Path, tmp_path: Path, origin_pki: OriginPKI
+) -> None:
+    with nginx_origin(site, "127.0.0.8", tls=origin_pki.issue(["127.0.0.8"])) as origin:
+        proxy = start_reshape(policy=policy_file(tmp_path, "{idle_timeout: 0.05}"))
+        trust = ssl.create_default_context(cafile=proxy.ca_cert)
+        for i in range(3):
+            with httpx.Client(proxy=proxy.proxy_url, verify=trust) as client:
+                response = client.get(origin.url(f"/r{i}.bin"))
+                assert response.content == resource(i), (response.status_code, response.text)
+            time.sleep(0.5)  # past idle_timeout: the pool closes the connection in between
+    assert proxy.metric("reshape_upstream_tls_handshakes_total") == 3
+    assert proxy.metric("reshape_upstream_tls_handshakes_total", resumed="yes") >= 2
