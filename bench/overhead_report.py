@@ -184,6 +184,13 @@ def target_lines(measurements: Sequence[Measurement]) -> list[str]:
                 f"reshape / mitmdump, {scheme}: {ratio:.2f}x req/s (target >= 1: {verdict})"
                 + _cpu_ratio(reshape, mitmdump)
             )
+        pooled = _find(measurements, "reshape-pooled", scheme)
+        if reshape and pooled and reshape.rps > 0:
+            lines.append(
+                f"reshape (upstream pool) / reshape, {scheme}: {pooled.rps / reshape.rps:.2f}x"
+                " req/s — the cost of the engine and of mitmproxy's hop to its gateway"
+                + _cpu_ratio(pooled, reshape)
+            )
         workers = _find(measurements, "reshape-w2", scheme)
         if reshape and workers and reshape.rps > 0:
             lines.append(

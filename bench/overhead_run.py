@@ -43,14 +43,16 @@ DEFAULT_POLICY = REPO / "policies" / "default.yaml"
 ORIGIN_HOST = "127.0.0.2"
 FILE_NAME = "1k.bin"
 
-ALL_CONFIGS = ("direct", "squid", "mitmdump", "reshape", "reshape-w2")
+ALL_CONFIGS = ("direct", "squid", "mitmdump", "reshape", "reshape-pooled", "reshape-w2")
 QUICK_CONFIGS = ("direct", "squid", "mitmdump", "reshape")
 # The origin never closes a keep-alive connection during a run: when nginx closes one that Squid
 # has bumped (pinned to a client connection), Squid relays the last response with
 # `Connection: keep-alive`, then closes the client's connection, and the request already sent on it
 # fails. That is Squid's behaviour, not the overhead this bench measures.
 ORIGIN_KEEPALIVE_REQUESTS = 1_000_000_000
-LABELS = {"reshape-w2": "reshape --workers 2"}
+LABELS = {"reshape-w2": "reshape --workers 2", "reshape-pooled": "reshape (upstream pool)"}
+# The upstream pool's own policy: the cost of the engine and of mitmproxy's hop to its gateway.
+POOLED_POLICY = REPO / "policies" / "pooled.yaml"
 SCHEMES = ("http", "https")
 
 
@@ -81,9 +83,9 @@ def _mitmdump(lab: Lab, workdir: Path) -> AbstractContextManager[RunningProxy]:
     return overhead_peers.mitmdump(workdir, lab.origin_ca)
 
 
-def _reshape(workers: int) -> ProxyStarter:
+def _reshape(workers: int, policy: Path | None = None) -> ProxyStarter:
     def start(lab: Lab, workdir: Path) -> AbstractContextManager[RunningProxy]:
-        return overhead_peers.reshape(workdir, lab.origin_ca, lab.policy, workers)
+        return overhead_peers.reshape(workdir, lab.origin_ca, policy or lab.policy, workers)
 
     return start
 
@@ -93,6 +95,7 @@ STARTERS: dict[str, ProxyStarter] = {
     "squid": _squid,
     "mitmdump": _mitmdump,
     "reshape": _reshape(1),
+    "reshape-pooled": _reshape(1, POOLED_POLICY),
     "reshape-w2": _reshape(2),
 }
 

@@ -23,3 +23,10 @@ def test_yaml_examples_are_valid() -> None:
     assert examples
     for example in examples:
         parse_policy_text(example, README)
+
+
+def test_shipped_policy_files_are_valid() -> None:
+    from proxy.policy.loader import load_policy_file
+
+    for path in sorted(README.parent.glob("*.yaml")):
+        load_policy_file(path)
