@@ -9,7 +9,9 @@ merges them; gauges therefore declare how they merge (`multiprocess_mode`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
+from typing import Any
 
 import prometheus_client
 from prometheus_client import Counter, Gauge, Histogram
@@ -143,6 +145,13 @@ build_info = Gauge(
     ["version", "mitmproxy"],
     multiprocess_mode="max",
 )
+
+
+@functools.cache
+def labelled(metric: Counter | Gauge | Histogram, *values: str) -> Any:
+    """`metric.labels(*values)`, remembered: on the per-request path a dict lookup instead of
+    prometheus_client's label validation. Label values are bounded, so is this cache."""
+    return metric.labels(*values)
 
 
 def precreate(label_pairs: Iterable[tuple[str, str]]) -> None:

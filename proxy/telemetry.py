@@ -12,6 +12,7 @@ from mitmproxy.proxy import server_hooks
 from mitmproxy.proxy.layers import tls
 
 from proxy import metrics
+from proxy.metrics import labelled
 from proxy.policy.chooser import selection_of
 
 log = logging.getLogger("reshape.traffic")
@@ -37,6 +38,9 @@ class ByteCounter:
         self.count += len(chunk)
         return chunk
 
+
+# Bodies up to this size, with a Content-Length, are relayed whole rather than streamed.
+SMALL_BODY = 64 * 1024
 
 OUTCOME_OVERRIDE = "reshape.outcome"  # set by addons that answer for the origin (e.g. a 503)
 
@@ -72,13 +76,17 @@ class Telemetry:
         assert response is not None
         selection = selection_of(flow)
         if flow.request.timestamp_end and response.timestamp_start:
-            metrics.transaction_seconds.labels(selection.policy_name, selection.arm).observe(
+            labelled(metrics.transaction_seconds, selection.policy_name, selection.arm).observe(
                 max(0.0, response.timestamp_start - flow.request.timestamp_end)
             )
-        # Stream every body: the proxy never holds a whole response, whatever its size.
-        # (mitmproxy may already have set `stream = True` for a large body; a callable streams
-        # just the same and counts.)
-        if not callable(response.stream):
+        # The proxy never holds a large or unbounded body: stream it. mitmproxy streams bodies
+        # above stream_large_bodies by itself (`stream = True`, replaced by a callable that
+        # counts); a body without a length could be of any size, so it streams too. A small
+        # body with a length is relayed whole: one write to the client instead of two.
+        if callable(response.stream):
+            return
+        length = response.headers.get("content-length", "")
+        if response.stream or not length.isdigit() or int(length) > SMALL_BODY:
             response.stream = ByteCounter()
 
     def response(self, flow: http.HTTPFlow) -> None:
@@ -89,7 +97,7 @@ class Telemetry:
             body_bytes = response.stream.count
         else:
             body_bytes = len(response.raw_content or b"")
-        metrics.response_bytes_total.labels(selection.policy_name, selection.arm).inc(body_bytes)
+        labelled(metrics.response_bytes_total, selection.policy_name, selection.arm).inc(body_bytes)
         self._finish(flow, flow.metadata.get(OUTCOME_OVERRIDE, "ok"))
 
     def error(self, flow: http.HTTPFlow) -> None:
@@ -106,6 +114,10 @@ class Telemetry:
             return  # a response after an error, or a flow we never saw begin
         self.in_flight -= 1
         selection = selection_of(flow)
-        metrics.requests_total.labels(
-            selection.policy_name, selection.arm, client_proto(flow), outcome
+        labelled(
+            metrics.requests_total,
+            selection.policy_name,
+            selection.arm,
+            client_proto(flow),
+            outcome,
         ).inc()

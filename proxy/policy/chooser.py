@@ -22,8 +22,17 @@ def selection_of(flow: http.HTTPFlow) -> Selection:
 class PolicyChooser:
     def __init__(self, policy_file: PolicyFile) -> None:
         self.policy_file = policy_file
+        # Without rules or experiments every request gets the default: skip gathering facts.
+        self._constant = (
+            select(policy_file, RequestFacts("", "", "", {}))
+            if not policy_file.rules and not policy_file.experiments
+            else None
+        )
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
+        if self._constant is not None:
+            flow.metadata[_KEY] = self._constant
+            return
         request = flow.request
         facts = RequestFacts(
             client_ip=flow.client_conn.peername[0] if flow.client_conn.peername else "",

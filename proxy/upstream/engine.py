@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy import metrics
+from proxy.metrics import labelled
 from proxy.upstream.exchange import Unanswered, UpstreamError, UpstreamRequest, UpstreamResponse
 from proxy.upstream.h1_upstream import H1Upstream
 from proxy.upstream.h2_upstream import H2Upstream
@@ -184,7 +185,7 @@ class Engine:
         try:
             self.run(pool, pool.request(waiter.id, started, idempotent=request.idempotent))
             if waiter.mailbox.empty():
-                metrics.requests_queued_total.labels(*labels).inc()
+                labelled(metrics.requests_queued_total, *labels).inc()
             while True:
                 decision = await waiter.mailbox.get()
                 if isinstance(decision, Reject):
@@ -202,10 +203,10 @@ class Engine:
                 record = self.connections.get((route.key, decision.conn_id))
                 if record is None or record.upstream is None:
                     continue  # the connection vanished meanwhile; the pool re-decides
-                metrics.upstream_requests_total.labels(*labels, decision.kind.value).inc()
-                metrics.request_queue_seconds.labels(*labels).observe(self.now() - started)
+                labelled(metrics.upstream_requests_total, *labels, decision.kind.value).inc()
+                labelled(metrics.request_queue_seconds, *labels).observe(self.now() - started)
                 if request.body or request.body_stream is not None:
-                    metrics.post_coalesced_total.labels(*labels).inc()
+                    labelled(metrics.post_coalesced_total, *labels).inc()
                 try:
                     return await asyncio.wait_for(
                         record.upstream.exchange(waiter.id, request), route.read_timeout
@@ -216,7 +217,7 @@ class Engine:
                     ) from None
                 except Unanswered:
                     # The connection reported it; the pool sends it again (or fails it).
-                    metrics.upstream_retries_total.labels(*labels).inc()
+                    labelled(metrics.upstream_retries_total, *labels).inc()
                     continue
         except asyncio.CancelledError:
             self.run(pool, pool.cancel(waiter.id, self.now()))

@@ -5,7 +5,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -313,6 +313,39 @@ def test_a_non_idempotent_waiter_holds_back_a_connection_so_it_cannot_starve() -
     assert pool.request(3, 0.0, idempotent=True) == [Assign(3, 2, PIPELINED, 0.0)]
     assert pool.request(4, 0.0, idempotent=True) == []
     assert pool.request_done(1, 101, 1.0, reusable=True) == [Assign(1, 1, REUSED, 1.0)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    connections=st.integers(1, 3),
+    pipeline_depth=st.integers(2, 4),
+    ahead=st.integers(0, 8),
+    arrivals=st.integers(1, 3),
+)
+def test_a_non_idempotent_waiter_is_served_under_steady_pipelined_load(
+    connections: int, pipeline_depth: int, ahead: int, arrivals: int
+) -> None:
+    """New idempotent requests keep arriving as responses end (oldest first); they must not
+    keep every connection busy forever while a non-idempotent request waits for an idle one."""
+    pool = make(max_connections=connections, pipeline_depth=pipeline_depth, max_queue=10**6)
+    busy_h1(pool, connections)
+    in_flight = [(n + 1, 101 + n) for n in range(connections)]  # (conn, waiter), oldest first
+    waiters = iter(range(1000, 10**6))
+
+    def play(actions: list[Action]) -> None:
+        in_flight.extend((a.conn_id, a.waiter_id) for a in actions if isinstance(a, Assign))
+
+    for _ in range(ahead):
+        play(pool.request(next(waiters), 0.0, idempotent=True))
+    play(pool.request(1, 0.0, idempotent=False))
+    for _ in range(200):
+        if any(waiter == 1 for _, waiter in in_flight):
+            return
+        for _ in range(arrivals):
+            play(pool.request(next(waiters), 0.0, idempotent=True))
+        conn_id, waiter_id = in_flight.pop(0)
+        play(pool.request_done(conn_id, waiter_id, 0.0, reusable=True))
+    raise AssertionError(f"starved: {pool!r}")
 
 
 def test_with_one_connection_a_non_idempotent_waiter_blocks_pipelining_behind_it() -> None:
