@@ -20,4 +20,7 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
   CMD ["/app/.venv/bin/python", "-c", "import urllib.request, sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:9464/healthz', timeout=2).status != 200)"]
 
 ENTRYPOINT ["/app/.venv/bin/reshape"]
-CMD ["run", "--listen", "0.0.0.0:8080", "--admin", "0.0.0.0:9464", "--confdir", "/home/reshape/.reshape"]
+# Listening on all interfaces needs an allow-list (never an open proxy): private networks here;
+# narrow it to your clients with `docker run … reshape run … --allow-clients CIDR`.
+CMD ["run", "--listen", "0.0.0.0:8080", "--admin", "0.0.0.0:9464", "--confdir", "/home/reshape/.reshape", \
+     "--allow-clients", "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16"]

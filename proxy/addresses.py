@@ -51,3 +51,17 @@ def parse_listen_address(text: str, *, option: str) -> ListenAddress:
                 f"{option}: host must be an IP address or localhost, got {host!r}"
             ) from None
     return ListenAddress(host, port)
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_networks(text: str, *, option: str) -> tuple[Network, ...]:
+    """`10.0.0.0/8,192.168.1.7` → networks (a bare address is a /32 or /128)."""
+    networks = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        try:
+            networks.append(ipaddress.ip_network(part, strict=False))
+        except ValueError:
+            raise UsageError(f"{option}: {part!r} is not a network such as 10.0.0.0/8") from None
+    return tuple(networks)

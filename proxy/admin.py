@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from proxy.addresses import ListenAddress
+from addons.client_access import client_allowed
+from proxy.addresses import ListenAddress, Network
 
 log = logging.getLogger("reshape.admin")
 
@@ -51,9 +52,12 @@ def _pac_host(proxy: ListenAddress, request_host: str | None) -> str:
 
 
 class AdminServer:
-    def __init__(self, address: ListenAddress, content: AdminContent) -> None:
+    def __init__(
+        self, address: ListenAddress, content: AdminContent, allowed: Sequence[Network] = ()
+    ) -> None:
         self.address = address
         self.content = content
+        self.allowed = tuple(allowed)
         self._server: asyncio.Server | None = None
 
     async def start(self) -> ListenAddress:
@@ -69,6 +73,10 @@ class AdminServer:
             self._server = None
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        if not client_allowed(peer[0] if peer else "", self.allowed):
+            writer.close()  # same rule as the proxy listener: loopback or --allow-clients
+            return
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _HEAD_TIMEOUT)
             status, headers, body = self.respond(head)

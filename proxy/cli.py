@@ -12,7 +12,7 @@ from pathlib import Path
 
 import proxy
 from proxy import config as defaults
-from proxy.addresses import parse_listen_address
+from proxy.addresses import parse_listen_address, parse_networks
 from proxy.config import RunConfig
 from proxy.errors import ReshapeError, UsageError
 
@@ -68,6 +68,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="S",
         help="on SIGTERM, wait at most S seconds for requests in flight",
     )
+    run.add_argument(
+        "--allow-clients",
+        default="",
+        metavar="CIDR[,CIDR...]",
+        help="client networks allowed besides loopback; required when --listen or --admin "
+        "is not a loopback address",
+    )
 
     ca = commands.add_parser("ca", help="the interception CA")
     ca_commands = ca.add_subparsers(dest="ca_command", required=True, metavar="ACTION")
@@ -106,14 +113,25 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")
     if args.drain_seconds < 0:
         raise UsageError(f"--drain-seconds must not be negative, got {args.drain_seconds}")
+    listen = parse_listen_address(args.listen, option="--listen")
+    admin = parse_listen_address(args.admin, option="--admin")
+    allow_clients = parse_networks(args.allow_clients, option="--allow-clients")
+    for option, address in (("--listen", listen), ("--admin", admin)):
+        if not address.is_loopback and not allow_clients:
+            raise UsageError(
+                f"{option} {address} is reachable from other machines: reshape would be open to "
+                "anyone there; say who may use it with --allow-clients CIDR[,CIDR...] "
+                "(e.g. --allow-clients 10.0.0.0/8)"
+            )
     return RunConfig(
-        listen=parse_listen_address(args.listen, option="--listen"),
-        admin=parse_listen_address(args.admin, option="--admin"),
+        listen=listen,
+        admin=admin,
         policy_path=args.policy,
         confdir=args.confdir.expanduser(),
         upstream_ca=args.upstream_ca,
         workers=args.workers,
         drain_seconds=args.drain_seconds,
+        allow_clients=allow_clients,
     )
 
 

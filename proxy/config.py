@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from proxy.addresses import ListenAddress
+from proxy.addresses import ListenAddress, Network
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 DEFAULT_ADMIN = "127.0.0.1:9464"
@@ -23,3 +23,5 @@ class RunConfig:
     upstream_ca: Path | None
     workers: int
     drain_seconds: float
+    # Client networks allowed besides loopback; required to listen beyond loopback.
+    allow_clients: tuple[Network, ...] = field(default_factory=tuple)

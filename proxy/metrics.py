@@ -55,6 +55,10 @@ requests_total = Counter(
     "Requests from clients, by the policy and arm they ran under and how they ended.",
     ["policy", "arm", "client_proto", "outcome"],
 )
+client_refused_total = Counter(
+    "reshape_client_refused",
+    "Client connections refused because their address is not in --allow-clients.",
+)
 upstream_connections_opened_total = Counter(
     "reshape_upstream_connections_opened",
     "Connections opened to origin servers, by the protocol negotiated.",

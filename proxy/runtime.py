@@ -12,6 +12,7 @@ import contextlib
 import logging
 import signal
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,10 +23,11 @@ from mitmproxy.master import Master
 from mitmproxy.utils import asyncio_utils
 
 import proxy
+from addons.client_access import ClientAccess
 from addons.upstream_pool import UpstreamPool
 from certs.authority import CertificateAuthority, init_ca
 from proxy import metrics, mitm_patches
-from proxy.addresses import ListenAddress
+from proxy.addresses import ListenAddress, Network
 from proxy.config import RunConfig
 from proxy.errors import ReshapeError
 from proxy.policy.chooser import PolicyChooser
@@ -85,7 +87,13 @@ class ProxyProcess:
     """One mitmproxy master with reshape's addons, listening on `listen`."""
 
     def __init__(
-        self, listen: ListenAddress, confdir: Path, prepared: Prepared, *, reuse_port: bool
+        self,
+        listen: ListenAddress,
+        confdir: Path,
+        prepared: Prepared,
+        *,
+        reuse_port: bool,
+        allow_clients: Sequence[Network] = (),
     ) -> None:
         if reuse_port:
             mitm_patches.listen_with_reuse_port()
@@ -97,7 +105,10 @@ class ProxyProcess:
         self.master = Master(options.Options(), with_termlog=False)
         self.master.addons.add(*mitm_addons.default_addons())
         self.master.addons.add(
-            mitm_patches.PreferH2ToClients(), PolicyChooser(prepared.policy_file), self.telemetry
+            ClientAccess(allow_clients),
+            mitm_patches.PreferH2ToClients(),
+            PolicyChooser(prepared.policy_file),
+            self.telemetry,
         )
         self.master.options.update(
             listen_host=listen.host,
@@ -105,6 +116,7 @@ class ProxyProcess:
             confdir=str(confdir),
             ssl_verify_upstream_trusted_ca=str(prepared.trust_bundle),
             onboarding=False,  # the admin endpoint serves the CA instead of mitm.it
+            block_global=False,  # ClientAccess decides who may connect (--allow-clients)
             # Request bodies above this stream to the origin instead of being held whole.
             stream_large_bodies="1m",
             # Connect only once the request is known: pooled requests never need mitmproxy's own

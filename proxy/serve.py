@@ -28,7 +28,7 @@ WORKER_READY = b"reshape-worker-ready\n"
 async def start_admin(
     config: RunConfig, content: AdminContent
 ) -> tuple[AdminServer, ListenAddress]:
-    admin = AdminServer(config.admin, content)
+    admin = AdminServer(config.admin, content, allowed=config.allow_clients)
     try:
         return admin, await admin.start()
     except OSError as e:
@@ -48,7 +48,13 @@ def local_admin_content(
 
 async def serve_single(config: RunConfig) -> None:
     prepared = prepare(config)
-    process = ProxyProcess(config.listen, config.confdir, prepared, reuse_port=False)
+    process = ProxyProcess(
+        config.listen,
+        config.confdir,
+        prepared,
+        reuse_port=False,
+        allow_clients=config.allow_clients,
+    )
     admin, admin_address = await start_admin(config, local_admin_content(config, prepared, process))
     try:
         listen = await process.start()
@@ -75,11 +81,12 @@ def worker_environment(config: RunConfig) -> dict[str, str]:
     data = asdict(config)
     data["listen"] = str(config.listen)
     data["admin"] = str(config.admin)
+    data["allow_clients"] = ",".join(str(n) for n in config.allow_clients)
     return {WORKER_CONFIG_ENV: json.dumps(data, default=str)}
 
 
 def worker_config() -> RunConfig:
-    from proxy.addresses import parse_listen_address
+    from proxy.addresses import parse_listen_address, parse_networks
 
     data = json.loads(os.environ[WORKER_CONFIG_ENV])
     return RunConfig(
@@ -90,6 +97,7 @@ def worker_config() -> RunConfig:
         upstream_ca=Path(data["upstream_ca"]) if data["upstream_ca"] else None,
         workers=data["workers"],
         drain_seconds=data["drain_seconds"],
+        allow_clients=parse_networks(data["allow_clients"], option="--allow-clients"),
     )
 
 
@@ -107,7 +115,9 @@ async def serve_worker(index: int) -> None:
     die_with_parent()
     config = worker_config()
     prepared = prepare(config)
-    process = ProxyProcess(config.listen, config.confdir, prepared, reuse_port=True)
+    process = ProxyProcess(
+        config.listen, config.confdir, prepared, reuse_port=True, allow_clients=config.allow_clients
+    )
     await process.start()
     log.info("worker %d (pid %d) listening on %s", index, os.getpid(), config.listen)
     sys.stdout.buffer.write(WORKER_READY)

@@ -51,3 +51,15 @@ def test_dockerfile_installs_exactly_like_make() -> None:
 def test_ci_runs_make_test_and_keeps_pytest_status() -> None:
     ci = (REPO / ".ci" / "run").read_text()
     assert "make test" in ci and "|| true" not in ci
+
+
+def test_docker_command_passes_the_cli_checks() -> None:
+    import json
+
+    from proxy.cli import _parser, run_config
+
+    dockerfile = (REPO / "Dockerfile").read_text()
+    cmd_text = dockerfile.split("\nCMD ", 1)[1].split("\n\n", 1)[0]
+    cmd = json.loads(cmd_text.replace("\\\n", ""))
+    config = run_config(_parser().parse_args(cmd))
+    assert config.listen.is_wildcard and config.allow_clients

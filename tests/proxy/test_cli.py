@@ -170,3 +170,22 @@ def test_startup_logs_one_line_per_fact(start_reshape: StartProxy) -> None:
     ):
         assert sum(fact in line for line in log.splitlines()) == 1, log
     assert proxy.stop() == 0
+
+
+@pytest.mark.parametrize("option", ["--listen", "--admin"])
+def test_listening_beyond_loopback_needs_an_allow_list(tmp_path: Path, option: str) -> None:
+    args = run_args(tmp_path)
+    args[args.index(option) + 1] = f"0.0.0.0:{free_port()}"
+    result = reshape(*args)
+    assert_clean_error(result, 2, f"{option} 0.0.0.0:")
+    assert "--allow-clients" in result.stderr
+
+
+def test_with_an_allow_list_it_listens_on_all_interfaces(start_reshape: StartProxy) -> None:
+    proxy = start_reshape("--allow-clients", "10.0.0.0/8,192.168.0.0/16")
+    assert proxy.stop() == 0
+
+
+def test_bad_allow_list(tmp_path: Path) -> None:
+    result = reshape(*run_args(tmp_path, "--allow-clients", "10.0.0.0/8,nonsense"))
+    assert_clean_error(result, 2, "--allow-clients: 'nonsense' is not a network")
