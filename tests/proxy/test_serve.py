@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import ssl
 import subprocess
@@ -17,6 +16,7 @@ import pytest
 from bench.labkit.origins import Origin, hypercorn_origin, nginx_origin
 from bench.labkit.pki import OriginPKI
 from tests.conftest import RunningProxy, StartProxy, http_get
+from tests.scripted_origins import SlowOrigin
 
 BODY = bytes(range(256)) * 4096  # 1 MiB, every byte value
 
@@ -162,36 +162,6 @@ def test_admin_endpoints(start_reshape: StartProxy) -> None:
     status, pem = http_get(f"http://{proxy.admin}/ca.pem")
     assert status == 200 and pem == (proxy.confdir / "mitmproxy-ca-cert.pem").read_bytes()
     assert http_get(f"http://{proxy.admin}/healthz")[0] == 200
-
-
-class SlowOrigin:
-    """An HTTP/1.1 origin that answers each request after `delay` seconds."""
-
-    def __init__(self, host: str, delay: float) -> None:
-        self.host, self.delay = host, delay
-        self.port = 0
-        self._ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        await asyncio.sleep(self.delay)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\nslow")
-        await writer.drain()
-        writer.close()
-
-    def __enter__(self) -> SlowOrigin:
-        self._thread.start()
-        server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._handle, self.host, 0), self._loop
-        ).result(5)
-        self.port = server.sockets[0].getsockname()[1]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
 
 
 def test_sigterm_drains_requests_in_flight_then_exits_0(start_reshape: StartProxy) -> None:

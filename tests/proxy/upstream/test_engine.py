@@ -19,6 +19,7 @@ from bench.labkit.origins import hypercorn_origin, nginx_origin
 from bench.labkit.pki import OriginPKI
 from bench.labkit.relay import RelayThread, relays
 from tests.conftest import RunningProxy, StartProxy
+from tests.scripted_origins import PipelineBreakingOrigin, SlowOrigin
 
 RESOURCES = 60
 BROWSERS = 10
@@ -34,6 +35,11 @@ def policy_file(tmp_path: Path, upstream: str) -> Path:
 
 def resource(i: int) -> bytes:
     return hashlib.sha256(str(i).encode()).digest() * (64 + i * 17)
+
+
+def resource_at(path: str) -> bytes:
+    """The body of `/r<i>.bin`."""
+    return resource(int(path.removeprefix("/r").removesuffix(".bin")))
 
 
 @pytest.fixture
@@ -146,8 +152,6 @@ def test_pipelining_carries_most_requests_and_survives_early_closes(
 def test_queue_overflow_and_timeout_give_503_with_retry_after(
     start_reshape: StartProxy, tmp_path: Path
 ) -> None:
-    from tests.proxy.test_serve import SlowOrigin
-
     with SlowOrigin("127.0.0.6", delay=1.0) as origin:
         proxy = start_reshape(
             policy=policy_file(
@@ -306,48 +310,11 @@ def test_h2_goaway_sends_unprocessed_streams_elsewhere(
     assert proxy.metric("reshape_upstream_connections_opened_total", proto="h2") >= total // 50
 
 
-class AbruptOrigin:
-    """An HTTP/1.1 origin that reads pipelined GETs and, after answering `per_connection`
-    of them on a connection, drops it without `Connection: close` — a broken pipeline."""
-
-    def __init__(self, host: str, per_connection: int) -> None:
-        self.host, self.per_connection = host, per_connection
-        self.served: list[str] = []
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self.port = 0
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        for _ in range(self.per_connection):
-            try:
-                head = await reader.readuntil(b"\r\n\r\n")
-            except (asyncio.IncompleteReadError, ConnectionError):
-                break
-            path = head.split(b" ")[1].decode()
-            self.served.append(path)
-            body = resource(int(path.strip("/r.bin")))
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-            await writer.drain()
-        writer.transport.abort()
-
-    def __enter__(self) -> AbruptOrigin:
-        self._thread.start()
-        server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._handle, self.host, 0), self._loop
-        ).result(5)
-        self.port = server.sockets[0].getsockname()[1]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-
-
 @pytest.mark.slow
 def test_an_origin_that_breaks_pipelines_loses_nothing_and_is_no_longer_pipelined_to(
     start_reshape: StartProxy, tmp_path: Path
 ) -> None:
-    with AbruptOrigin("127.0.0.7", per_connection=5) as origin:
+    with PipelineBreakingOrigin("127.0.0.7", per_connection=5, body_for=resource_at) as origin:
         proxy = start_reshape(
             policy=policy_file(tmp_path, "{max_connections_per_host: 2, pipeline_depth: 8}")
         )
@@ -373,8 +340,6 @@ def test_a_client_that_leaves_the_queue_frees_its_place(
     start_reshape: StartProxy, tmp_path: Path
 ) -> None:
     import socket
-
-    from tests.proxy.test_serve import SlowOrigin
 
     with SlowOrigin("127.0.0.6", delay=2.0) as origin:
         proxy = start_reshape(
