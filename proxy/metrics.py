@@ -10,11 +10,13 @@ merges them; gauges therefore declare how they merge (`multiprocess_mode`).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import prometheus_client
 from prometheus_client import Counter, Gauge, Histogram
+
+from proxy.client_family import CLIENT_FAMILIES
 
 prometheus_client.disable_created_metrics()
 
@@ -23,6 +25,8 @@ OUTCOMES = ("ok", "upstream_error", "client_aborted", "rejected")
 UPSTREAM_PROTOS = ("h1", "h2")
 CONNECTION_KINDS = ("new", "reused", "pipelined", "multiplexed")
 REJECT_REASONS = ("queue_full", "queue_timeout")
+TLS_RECORD_SIDES = ("client", "origin")
+TLS_RECORD_SIZES = ("small", "large")
 
 # Request ready → first response byte. Bucket edges sit on the latency marks we report.
 TRANSACTION_BUCKETS = (
@@ -54,6 +58,12 @@ requests_total = Counter(
     "reshape_requests",
     "Requests from clients, by the policy and arm they ran under and how they ended.",
     ["policy", "arm", "client_proto", "outcome"],
+)
+client_split_requests_total = Counter(
+    "reshape_client_split_requests",
+    "Requests with a body whose body arrived in a later read from the client than their head, "
+    "by the client's family (from its User-Agent).",
+    ["client_family"],
 )
 client_refused_total = Counter(
     "reshape_client_refused",
@@ -143,12 +153,40 @@ pipelining_disabled_total = Counter(
     "Origins found to break HTTP/1.1 pipelining (no longer pipelined to).",
 )
 
+# TLS record sizing (proxy/record_sizing.py): only records reshape sized itself are counted.
+tls_records_total = Counter(
+    "reshape_tls_records",
+    "TLS records reshape sized, by where they went and whether their plaintext was at most the "
+    "policy's small_bytes.",
+    ["side", "size"],
+)
+tls_record_bytes = Histogram(
+    "reshape_tls_record_bytes",
+    "Plaintext bytes per TLS record reshape sized.",
+    ["side"],
+    # A record in one TCP segment (~1,400), Cloudflare's middle step (~4 KB), the TLS maximum.
+    buckets=(512, 1024, 1400, 2048, 4096, 8192, 16384),
+)
+
 build_info = Gauge(
     "reshape_build_info",
     "Always 1; labels say which version runs.",
     ["version", "mitmproxy"],
     multiprocess_mode="max",
 )
+
+
+def observe_tls_records(side: str, sizes: Sequence[int], small_bytes: int) -> None:
+    """Count records of `sizes` written towards `side` (client or origin)."""
+    histogram = tls_record_bytes.labels(side)
+    small = 0
+    for size in sizes:
+        histogram.observe(size)
+        small += size <= small_bytes
+    if small:
+        tls_records_total.labels(side, "small").inc(small)
+    if len(sizes) > small:
+        tls_records_total.labels(side, "large").inc(len(sizes) - small)
 
 
 @functools.cache
@@ -180,3 +218,9 @@ def precreate(label_pairs: Iterable[tuple[str, str]]) -> None:
         upstream_connections_opened_total.labels(proto)
     for resumed in ("yes", "no"):
         upstream_tls_handshakes_total.labels(resumed)
+    for family in CLIENT_FAMILIES:
+        client_split_requests_total.labels(family)
+    for side in TLS_RECORD_SIDES:
+        tls_record_bytes.labels(side)
+        for size in TLS_RECORD_SIZES:
+            tls_records_total.labels(side, size)

@@ -6,9 +6,15 @@ Each patch says why hooks are not enough. Re-check every one when the mitmproxy 
 from __future__ import annotations
 
 import asyncio
+import weakref
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from mitmproxy import connection, http
 from mitmproxy.proxy import mode_servers
+
+from proxy.record_sizing import slices
 
 _reuse_port_installed = False
 
@@ -80,3 +86,159 @@ class PreferH2ToClients:
             app_data = data.ssl_conn.get_app_data()
             if isinstance(app_data, dict) and app_data.get("client_alpn") is None:
                 app_data["client_alpn"] = b"h2"
+
+
+RecordPlanner = Callable[[connection.Connection, connection.Client, int], Sequence[int] | None]
+_record_planner: RecordPlanner | None = None
+
+
+def size_tls_records(planner: RecordPlanner) -> None:
+    """Let `planner(conn, client, n_bytes)` choose the TLS records mitmproxy writes on `conn`.
+
+    Why: mitmproxy 12.2.3's `TLSLayer.send_data` (proxy/layers/tls.py, inherited by the client and
+    the server TLS layers) hands all the plaintext of a write to one `SSL.Connection.sendall`, so
+    OpenSSL cuts it into 16 KB records; no hook sees the write, and `SSL_set_max_send_fragment` is
+    reachable neither through pyOpenSSL nor through `cryptography` (whose OpenSSL is linked in
+    statically). Every SSL write of at most 16 KB becomes one record, so writing the plaintext in
+    the slices the planner returns sets the record sizes. `client` is the client connection
+    `conn` belongs to (`conn` itself on the client side); a planner returning None leaves the write
+    to mitmproxy as before. One planner per process: a second call replaces the first.
+    """
+    global _record_planner
+    from mitmproxy.proxy.layers import tls
+    from OpenSSL import SSL
+
+    if _record_planner is None:
+        original = tls.TLSLayer.send_data
+
+        def send_data(self: tls.TLSLayer, data: bytes) -> Generator[Any, Any, None]:
+            planner = _record_planner
+            sizes = planner(self.conn, self.context.client, len(data)) if planner else None
+            if sizes is None or len(sizes) < 2:
+                return (yield from original(self, data))
+            try:
+                for piece in slices(data, sizes):
+                    self.tls.sendall(piece)
+            except (SSL.ZeroReturnError, SSL.SysCallError):
+                pass  # as in mitmproxy's own send_data: the peer is gone
+            yield from self.tls_interact()
+
+        tls.TLSLayer.send_data = send_data  # type: ignore[method-assign]
+    _record_planner = planner
+
+
+SplitListener = Callable[[http.Request], None]
+_split_listener: SplitListener | None = None
+
+
+@dataclass
+class _Http2Reads:
+    """What `report_split_requests` knows about one HTTP/2 client connection."""
+
+    reads: int = 0  # DataReceived events so far
+    # Requests whose body has not begun yet: stream id → (request, read its head came in).
+    waiting: dict[int, tuple[http.Request, int]] = field(default_factory=dict)
+
+
+_http2_reads: weakref.WeakKeyDictionary[Any, _Http2Reads] = weakref.WeakKeyDictionary()
+
+
+def report_split_requests(listener: SplitListener) -> None:
+    """Call `listener(request)` for each client request whose body came in a later read than the
+    end of its head (as most browsers send a POST: head and body in two TCP segments).
+
+    Why: no mitmproxy 12.2.3 hook sees reads. `ConnectionHandler` passes each read from the client
+    socket down as one `DataReceived` event (for a TLS client: everything decrypted from that
+    read). HTTP/1: `Http1Server.read_headers` parses a head out of its buffer, and what is left in
+    the buffer then came with the head; a request that expects a body and has none of it buffered
+    is split. HTTP/2: `Http2Server` turns each read into h2 events; a request whose first non-empty
+    DATA frame comes in a later read than its HEADERS is split. Requests without a body are never
+    reported. The listener runs inside mitmproxy's protocol code and must not raise. One listener
+    per process: a second call replaces the first.
+    """
+    global _split_listener
+    if _split_listener is None:
+        _install_http1_split_check()
+        _install_http2_split_check()
+    _split_listener = listener
+
+
+def _report_split(request: http.Request) -> None:
+    if _split_listener is not None:
+        _split_listener(request)
+
+
+def _install_http1_split_check() -> None:
+    from mitmproxy.proxy import commands
+    from mitmproxy.proxy.layers.http import _http1
+    from mitmproxy.proxy.layers.http._base import ReceiveHttp
+    from mitmproxy.proxy.layers.http._events import RequestHeaders
+
+    original = _http1.Http1Server.read_headers
+
+    def read_headers(self: _http1.Http1Server, event: Any) -> Generator[Any, Any, None]:
+        commands_ = original(self, event)
+        rejected = False  # a malformed head: answered 400 and closed before it is passed on
+        reply = None
+        while True:
+            try:
+                command = commands_.send(reply)
+            except StopIteration:
+                return
+            if isinstance(command, commands.CloseConnection):
+                rejected = True
+            elif (
+                isinstance(command, ReceiveHttp)
+                and isinstance(command.event, RequestHeaders)
+                and not command.event.end_stream
+                and not rejected
+                and not self.buf  # checked before the body reader consumes the buffer
+            ):
+                _report_split(command.event.request)
+            reply = yield command
+
+    _http1.Http1Server.read_headers = read_headers  # type: ignore[method-assign]
+
+
+def _install_http2_split_check() -> None:
+    import h2.events
+    from mitmproxy.proxy import events
+    from mitmproxy.proxy.layers.http import _http2
+    from mitmproxy.proxy.layers.http._base import ReceiveHttp
+    from mitmproxy.proxy.layers.http._events import RequestHeaders
+
+    original_handle_event = _http2.Http2Server._handle_event
+    original_handle_h2_event = _http2.Http2Server.handle_h2_event
+
+    def _handle_event(self: _http2.Http2Server, event: Any) -> Generator[Any, Any, None]:
+        if isinstance(event, events.DataReceived):
+            state = _http2_reads.setdefault(self, _Http2Reads())
+            state.reads += 1
+        return (yield from original_handle_event(self, event))
+
+    def handle_h2_event(self: _http2.Http2Server, event: Any) -> Generator[Any, Any, bool]:
+        state = _http2_reads.setdefault(self, _Http2Reads())
+        if isinstance(event, h2.events.DataReceived) and event.data:
+            head = state.waiting.pop(event.stream_id, None)
+            if head is not None and head[1] != state.reads:
+                _report_split(head[0])
+        elif isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
+            state.waiting.pop(event.stream_id, None)
+        commands_ = original_handle_h2_event(self, event)
+        reply = None
+        while True:
+            try:
+                command = commands_.send(reply)
+            except StopIteration as stop:
+                return bool(stop.value)
+            if (
+                isinstance(event, h2.events.RequestReceived)
+                and not event.stream_ended
+                and isinstance(command, ReceiveHttp)
+                and isinstance(command.event, RequestHeaders)
+            ):
+                state.waiting[event.stream_id] = (command.event.request, state.reads)
+            reply = yield command
+
+    _http2.Http2Server._handle_event = _handle_event  # type: ignore[method-assign]
+    _http2.Http2Server.handle_h2_event = handle_h2_event  # type: ignore[method-assign]

@@ -24,6 +24,8 @@ from mitmproxy.utils import asyncio_utils
 
 import proxy
 from addons.client_access import ClientAccess
+from addons.split_requests import SplitRequests
+from addons.tls_records import TlsRecords
 from addons.upstream_pool import UpstreamPool
 from certs.authority import CertificateAuthority, init_ca
 from proxy import metrics, mitm_patches
@@ -110,6 +112,10 @@ class ProxyProcess:
             PolicyChooser(prepared.policy_file),
             self.telemetry,
         )
+        tls_records, split_requests = TlsRecords(), SplitRequests()
+        self.master.addons.add(tls_records, split_requests)
+        mitm_patches.size_tls_records(tls_records.record_sizes)
+        mitm_patches.report_split_requests(split_requests.request_split)
         self.master.options.update(
             listen_host=listen.host,
             listen_port=listen.port,

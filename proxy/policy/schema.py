@@ -67,12 +67,49 @@ class UpstreamKnobs:
 
 
 @dataclass(frozen=True)
+class TlsRecordKnobs:
+    """Sizes of the TLS records reshape writes (proxy/record_sizing.py)."""
+
+    mode: Literal["off", "dynamic", "fixed"] = knob(
+        "dynamic",
+        doc="dynamic: small records while a connection warms up and after it idled, full 16 KB "
+        "ones otherwise; fixed: every record at most fixed_bytes; off: OpenSSL's 16 KB records.",
+    )
+    small_bytes: int = knob(
+        1400,
+        doc="Plaintext bytes per record while a connection warms up (dynamic): one TCP segment.",
+        minimum=512,
+        maximum=16384,
+    )
+    warmup_bytes: int = knob(
+        1_048_576,
+        doc="Bytes a connection sends in small records before it switches to full ones (dynamic).",
+        minimum=0,
+    )
+    idle_reset: float = knob(
+        1.0,
+        doc="Seconds without sending after which a connection warms up again (dynamic).",
+        minimum=0.001,
+    )
+    fixed_bytes: int = knob(
+        4096, doc="Plaintext bytes per record in mode fixed.", minimum=512, maximum=16384
+    )
+    side: Literal["client", "both"] = knob(
+        "client", doc="client: records to browsers; both: also records to origins."
+    )
+
+
+@dataclass(frozen=True)
 class Policy:
     """A named bundle of knobs; an empty mapping `{}` means plain proxying."""
 
     upstream: UpstreamKnobs | None = knob(
         None,
         doc="Route requests through reshape's shared pool (absent: mitmproxy's own connections).",
+    )
+    tls_records: TlsRecordKnobs | None = knob(
+        None,
+        doc="Size the TLS records of each connection (absent: OpenSSL's 16 KB records).",
     )
 
 
