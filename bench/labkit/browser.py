@@ -11,11 +11,16 @@ import contextlib
 import fcntl
 import json
 import os
+import queue
 import signal
 import subprocess
 import tempfile
-from dataclasses import dataclass
+import threading
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
+from typing import IO
 
 BROWSER_PROJECT = Path(__file__).with_name("browser")
 CHROMIUM = Path("/usr/bin/chromium")
@@ -45,9 +50,29 @@ class ResourceLoad:
     url: str
     status: int
     # Of the body as Chromium received it (after any Content-Encoding is undone); empty for
-    # redirects, which have no body.
+    # redirects, which have no body, and when the load was told not to read bodies.
     sha256: str
+    # Body bytes; without bodies read, the encoded body size Chromium reports for the response.
     size: int
+    method: str = "GET"
+    # Without bodies read: the protocol Chromium spoke (to the proxy, when there is one), and the
+    # id of the connection that carried the response.
+    protocol: str = ""
+    connection_id: int = 0
+
+
+@dataclass(frozen=True)
+class ResourceTiming:
+    """A PerformanceResourceTiming entry (ms since navigation start; cross-origin details such as
+    sizes and connect times are 0 unless the origin sends Timing-Allow-Origin)."""
+
+    url: str
+    initiator_type: str
+    start_ms: float
+    response_start_ms: float
+    response_end_ms: float
+    next_hop_protocol: str
+    transfer_size: int
 
 
 @dataclass(frozen=True)
@@ -57,6 +82,10 @@ class PageLoad:
     load_ms: float  # Navigation Timing loadEventEnd - startTime
     fcp_ms: float | None  # first-contentful-paint, if Chromium reported one
     resources: list[ResourceLoad]  # every http(s) response, the page itself included
+    # The page's own completion mark (window[done_global], ms), when one was asked for.
+    done_ms: float | None = None
+    # Resource Timing entries, when asked for (the navigation itself excluded).
+    timings: list[ResourceTiming] = field(default_factory=list)
 
 
 def ensure_node_deps() -> None:
@@ -82,13 +111,27 @@ def ensure_node_deps() -> None:
 
 
 def load_page(
-    url: str, *, proxy: str | None, trusted_cas: list[Path], timeout: float = 60.0
+    url: str,
+    *,
+    proxy: str | None,
+    trusted_cas: list[Path],
+    timeout: float = 60.0,
+    bodies: bool = True,
+    done_global: str | None = None,
+    resource_timing: bool = False,
 ) -> PageLoad:
     """Loads `url` in a fresh headless Chromium that trusts only `trusted_cas`.
 
     `proxy` is "HOST:PORT" (or "http://HOST:PORT") of an HTTP proxy for all traffic, loopback
     included; None means direct connections. Raises PageLoadError when navigation fails or times
     out, when the page answers an error status, or when any request of the page failed.
+
+    `bodies=False` skips reading every body back from Chromium (which costs CPU during the load
+    and so skews its timing): sizes are then Chromium's own count, digests empty.
+    `done_global`: after `load`, wait until the page sets `window[done_global]` to a number (its
+    own "finished" time in ms, e.g. after XHRs that do not delay `load`) and report it as
+    `done_ms`; a string there is a failure the page reports. `resource_timing` returns the
+    page's Resource Timing entries (the buffer is enlarged so none are dropped).
     """
     ensure_node_deps()
     # A browser process killed late may still hold files in the profile; leftovers are harmless.
@@ -104,11 +147,190 @@ def load_page(
             "userDataDir": str(profile),
             "args": [*CHROMIUM_FLAGS, *proxy_flags(proxy)],
             "timeoutMs": round(timeout * 1000),
+            "bodies": bodies,
+            "doneGlobal": done_global,
+            "resourceTiming": resource_timing,
         }
         # Chromium reads its NSS database from $HOME/.pki/nssdb.
         env = {**os.environ, "HOME": str(home)}
         stdout, stderr = _run_node(request, env, profile, timeout + _SHUTDOWN_GRACE)
     return _parse_result(url, stdout, stderr)
+
+
+@dataclass(frozen=True)
+class SvgRender:
+    """One SVG file to turn into a PNG of `width` x `height` pixels."""
+
+    svg: Path
+    png: Path
+    width: int
+    height: int
+
+
+def render_svgs(jobs: list[SvgRender], timeout: float = 120.0) -> None:
+    """Renders each SVG to its PNG in one headless Chromium (the lab's plotter needs no library)."""
+    ensure_node_deps()
+    with tempfile.TemporaryDirectory(
+        prefix="reshape-chromium-", ignore_cleanup_errors=True
+    ) as scratch:
+        # An argument Chromium ignores, by which a browser left behind by a killed driver is found.
+        marker = f"--reshape-lab-render={uuid.uuid4().hex}"
+        request = {
+            "executablePath": str(CHROMIUM),
+            "args": [*CHROMIUM_FLAGS, "--no-proxy-server", marker],
+            "jobs": [
+                {"svg": str(j.svg), "png": str(j.png), "width": j.width, "height": j.height}
+                for j in jobs
+            ],
+        }
+        stdout, stderr = _run_node(
+            request, {**os.environ, "HOME": scratch}, marker, timeout, "render_png.mjs"
+        )
+    try:
+        result = json.loads(stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise RuntimeError(
+            "rendering SVGs: no result from the browser driver:\n"
+            f"{(stdout + stderr)[-_OUTPUT_TAIL:]}"
+        ) from None
+    if not result["ok"]:
+        raise RuntimeError(f"rendering SVGs failed: {result['error']}")
+
+
+class BrowserSession:
+    """Page loads in one headless Chromium, each in a fresh browser context: an empty cache, its
+    own cookies, storage and connection pools — what a fresh profile gives, without launching a
+    browser (a second or two) per load. Trusts exactly `trusted_cas` (every CA any load needs).
+
+    The browser is relaunched after `loads_per_browser` loads and after a load that did not
+    finish in time. Use as a context manager, or call close().
+    """
+
+    def __init__(self, trusted_cas: list[Path], *, loads_per_browser: int = 150) -> None:
+        self.trusted_cas = list(trusted_cas)
+        self.loads_per_browser = loads_per_browser
+        self._process: subprocess.Popen[str] | None = None
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        self._marker = ""
+        self._loads = 0
+
+    def __enter__(self) -> BrowserSession:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def load(
+        self,
+        url: str,
+        *,
+        proxy: str | None,
+        timeout: float = 60.0,
+        bodies: bool = True,
+        done_global: str | None = None,
+        resource_timing: bool = False,
+    ) -> PageLoad:
+        """Loads `url` as `load_page` does (same arguments, same checks, same PageLoadError)."""
+        if self._process is not None and self._loads >= self.loads_per_browser:
+            self.close()
+        if self._process is None:
+            self._start()
+        self._loads += 1
+        server = None if proxy is None else (proxy if "://" in proxy else f"http://{proxy}")
+        request = {
+            "url": url,
+            "proxy": server,
+            "timeoutMs": round(timeout * 1000),
+            "bodies": bodies,
+            "doneGlobal": done_global,
+            "resourceTiming": resource_timing,
+        }
+        result = self._exchange(request, timeout + _SHUTDOWN_GRACE)
+        if result is None:
+            self.close()
+            raise PageLoadError(
+                f"loading {url} did not finish within {timeout + _SHUTDOWN_GRACE:.0f}s; "
+                "browser killed"
+            )
+        return _page_load(url, result)
+
+    def close(self) -> None:
+        process, self._process = self._process, None
+        if process is not None:
+            if process.poll() is None and process.stdin is not None:
+                with contextlib.suppress(OSError):
+                    process.stdin.close()  # the driver closes the browser and exits
+                try:
+                    process.wait(_SHUTDOWN_GRACE)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+            _kill_processes_with_argument(self._marker)
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None
+
+    def _start(self) -> None:
+        ensure_node_deps()
+        self._scratch = tempfile.TemporaryDirectory(
+            prefix="reshape-chromium-", ignore_cleanup_errors=True
+        )
+        home = Path(self._scratch.name) / "home"
+        trust_cas(home / ".pki" / "nssdb", self.trusted_cas)
+        # An argument Chromium ignores, by which a browser left behind by a killed driver is found.
+        self._marker = f"--reshape-lab-session={uuid.uuid4().hex}"
+        self._lines = queue.Queue()
+        self._loads = 0
+        with (Path(self._scratch.name) / "driver.log").open("w") as log:
+            self._process = subprocess.Popen(
+                ["node", str(BROWSER_PROJECT / "session.mjs")],
+                cwd=BROWSER_PROJECT,
+                env={**os.environ, "HOME": str(home)},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                start_new_session=True,
+            )
+        threading.Thread(
+            target=_forward_lines, args=(self._process.stdout, self._lines), daemon=True
+        ).start()
+        setup = {
+            "executablePath": str(CHROMIUM),
+            "args": [*CHROMIUM_FLAGS, "--no-proxy-server", self._marker],
+        }
+        ready = self._exchange(setup, _SHUTDOWN_GRACE)
+        if ready is None or not ready.get("ok"):
+            log_text = (Path(self._scratch.name) / "driver.log").read_text(errors="replace")
+            self.close()
+            raise PageLoadError(f"the browser session did not start:\n{log_text[-_OUTPUT_TAIL:]}")
+
+    def _exchange(self, request: dict[str, object], limit: float) -> dict[str, object] | None:
+        """Sends one request line; the answer line, or None if none came within `limit`."""
+        assert self._process is not None and self._process.stdin is not None
+        try:
+            self._process.stdin.write(json.dumps(request) + "\n")
+            self._process.stdin.flush()
+            line = self._lines.get(timeout=limit)
+        except (OSError, queue.Empty):
+            return None
+        if line is None:
+            return None
+        answer: dict[str, object] = json.loads(line)
+        return answer
+
+
+def _forward_lines(stream: IO[str], lines: queue.Queue[str | None]) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
 
 
 def trust_cas(nssdb: Path, cas: list[Path]) -> None:
@@ -131,10 +353,16 @@ def proxy_flags(proxy: str | None) -> list[str]:
 
 
 def _run_node(
-    request: dict[str, object], env: dict[str, str], profile: Path, limit: float
+    request: dict[str, object],
+    env: dict[str, str],
+    profile: Path | str,
+    limit: float,
+    script: str = "load_page.mjs",
 ) -> tuple[str, str]:
+    """Runs a driver script; `profile` (a --user-data-dir, or a marker argument) identifies the
+    browser it starts, to kill it should the driver leave it behind."""
     process = subprocess.Popen(
-        ["node", str(BROWSER_PROJECT / "load_page.mjs")],
+        ["node", str(BROWSER_PROJECT / script)],
         cwd=BROWSER_PROJECT,
         env=env,
         stdin=subprocess.PIPE,
@@ -147,7 +375,8 @@ def _run_node(
         return process.communicate(json.dumps(request), timeout=limit)
     except subprocess.TimeoutExpired:
         raise PageLoadError(
-            f"loading {request['url']} did not finish within {limit:.0f}s; browser killed"
+            f"loading {request.get('url', script)} did not finish within {limit:.0f}s; "
+            "browser killed"
         ) from None
     finally:
         if process.poll() is None:
@@ -155,8 +384,11 @@ def _run_node(
                 os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
         # Playwright starts Chromium in a process group of its own, which a killed node leaves
-        # behind; the profile path identifies this load's browser.
-        _kill_browsers_using(profile)
+        # behind; the profile path (or marker) identifies this driver's browser.
+        if isinstance(profile, Path):
+            _kill_browsers_using(profile)
+        else:
+            _kill_processes_with_argument(profile)
 
 
 def _parse_result(url: str, stdout: str, stderr: str) -> PageLoad:
@@ -167,6 +399,10 @@ def _parse_result(url: str, stdout: str, stderr: str) -> PageLoad:
             f"loading {url}: the browser driver gave no result; its output:\n"
             f"{(stdout + stderr)[-_OUTPUT_TAIL:]}"
         ) from None
+    return _page_load(url, result)
+
+
+def _page_load(url: str, result: dict[str, object]) -> PageLoad:
     if not result["ok"]:
         raise PageLoadError(f"loading {url} failed: {result['error']}")
     if result["failures"]:
@@ -174,18 +410,44 @@ def _parse_result(url: str, stdout: str, stderr: str) -> PageLoad:
             f"loading {url}: {len(result['failures'])} request(s) failed:\n"
             + "\n".join(result["failures"])
         )
+    done = result.get("doneMs")
     return PageLoad(
         load_ms=float(result["loadMs"]),
         fcp_ms=None if result["fcpMs"] is None else float(result["fcpMs"]),
         resources=[
-            ResourceLoad(entry["url"], entry["status"], entry["sha256"], entry["size"])
+            ResourceLoad(
+                entry["url"],
+                entry["status"],
+                entry["sha256"],
+                entry["size"],
+                entry.get("method", "GET"),
+                entry.get("protocol", ""),
+                int(entry.get("connectionId", 0)),
+            )
             for entry in result["resources"]
+        ],
+        done_ms=None if done is None else float(done),
+        timings=[
+            ResourceTiming(
+                entry["name"],
+                entry["initiatorType"],
+                float(entry["startTime"]),
+                float(entry["responseStart"]),
+                float(entry["responseEnd"]),
+                entry["nextHopProtocol"],
+                int(entry["transferSize"]),
+            )
+            for entry in result.get("timings", [])
         ],
     )
 
 
 def _kill_browsers_using(profile: Path) -> None:
-    marker = f"--user-data-dir={profile}".encode()
+    _kill_processes_with_argument(f"--user-data-dir={profile}")
+
+
+def _kill_processes_with_argument(argument: str) -> None:
+    marker = argument.encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue

@@ -103,8 +103,10 @@ def hypercorn_origin(
     tls: IssuedCert | None = None,
     workdir: Path | None = None,
     keep_alive_max_requests: int = 1_000_000,
+    http2: bool = True,
 ) -> Iterator[Origin]:
-    """hypercorn serving `root` statically on `host`; with `tls`, HTTPS offering h2 and HTTP/1.1.
+    """hypercorn serving `root` statically on `host`; with `tls`, HTTPS offering h2 and HTTP/1.1
+    (HTTP/1.1 only if not `http2`).
 
     `keep_alive_max_requests`: hypercorn ends a connection (HTTP/2: GOAWAY) after this many
     requests; its own default, 1,000, would make "one connection" depend on the request count.
@@ -134,7 +136,7 @@ def hypercorn_origin(
                 "--graceful-timeout",
                 "1",
                 "--config",
-                str(_hypercorn_config(directory, keep_alive_max_requests)),
+                str(_hypercorn_config(directory, keep_alive_max_requests, http2)),
                 "--access-logfile",
                 str(directory / "access.log"),
                 "--error-logfile",
@@ -164,7 +166,7 @@ def hypercorn_origin(
                 host,
                 chosen,
                 "https" if tls else "http",
-                ("h2", "http/1.1") if tls else ("http/1.1",),
+                ("h2", "http/1.1") if tls and http2 else ("http/1.1",),
                 directory / "access.log",
             )
         finally:
@@ -355,9 +357,12 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-def _hypercorn_config(directory: Path, keep_alive_max_requests: int) -> Path:
+def _hypercorn_config(directory: Path, keep_alive_max_requests: int, http2: bool = True) -> Path:
     config = directory / "hypercorn.toml"
-    config.write_text(f"keep_alive_max_requests = {keep_alive_max_requests}\n")
+    alpn = '["h2", "http/1.1"]' if http2 else '["http/1.1"]'
+    config.write_text(
+        f"keep_alive_max_requests = {keep_alive_max_requests}\nalpn_protocols = {alpn}\n"
+    )
     return config
 
 

@@ -6,14 +6,22 @@ address and a target. What it emulates:
 - latency per direction: every chunk read is delivered `delay` seconds after it was read, in
   order (so RTT = up + down delay, and a TCP handshake through the relay costs one connect delay);
 - bandwidth per direction: delivery is paced at `rate` bytes/second per connection (a token
-  bucket with no burst beyond one read);
-- connection set-up delay: the upstream connect happens `connect_delay` seconds after accept.
+  bucket with no burst beyond one read) — like a TCP flow limited by its window, each connection
+  gets the whole rate;
+- optionally a bottleneck shared by all connections through one relay: `shared_*_rate`
+  bytes/second per direction, chunks served in the order they became ready;
+- connection set-up delay: the upstream connect happens `connect_delay` seconds after accept
+  (set it to the RTT to charge a TCP handshake: the client's first bytes then reach the target
+  `connect_delay + up_delay` after it connected).
 
-What it does not emulate: packet loss, reordering, jitter, a bottleneck shared by connections
-(each connection gets the full rate), TCP slow start of the emulated path (the real loopback TCP
-underneath has its own), or MTU effects; TLS records and TCP segments are not rewritten. The
-relay also counts the connections it makes to its target — in total, open now, and the most open
-at once — which is how tests see what an origin sees.
+What it does not emulate: packet loss, reordering, jitter, queueing delay or drops in a buffer
+(a shared bottleneck only serialises), TCP slow start or congestion control of the emulated path
+(the real loopback TCP underneath has its own), or MTU effects; TLS records and TCP segments are
+not rewritten. The client's own TCP handshake completes at once, against the relay's listener.
+The relay also counts the connections it makes to its target — in total, open now, and the most
+open at once — and the bytes each way, which is how tests see what an origin sees;
+`close_connections` ends every relayed connection, as an origin closing idle keep-alive
+connections would.
 """
 
 from __future__ import annotations
@@ -35,9 +43,12 @@ class Link:
 
     up_delay: float = 0.0  # seconds, accepting side → target
     down_delay: float = 0.0  # seconds, target → accepting side
-    up_rate: float | None = None  # bytes/second, None = unlimited
+    up_rate: float | None = None  # bytes/second per connection, None = unlimited
     down_rate: float | None = None
     connect_delay: float = 0.0
+    # bytes/second for all connections through one relay together, None = unlimited
+    shared_up_rate: float | None = None
+    shared_down_rate: float | None = None
 
     @classmethod
     def rtt(cls, seconds: float, **kwargs: float | None) -> Link:
@@ -63,6 +74,26 @@ class RelayStats:
         with self._lock:
             self.open -= 1
 
+    def reset(self) -> None:
+        """Zero the counters (connections open now stay counted as open)."""
+        with self._lock:
+            self.accepted = 0
+            self.max_open = self.open
+            self.bytes_up = 0
+            self.bytes_down = 0
+
+
+class _SharedLink:
+    """One direction of a bottleneck that all of a relay's connections take turns on."""
+
+    def __init__(self) -> None:
+        self.next_free = 0.0
+
+    def reserve(self, size: int, ready: float, rate: float) -> float:
+        """When `size` bytes ready at `ready` have crossed the link; books the link till then."""
+        self.next_free = max(ready, self.next_free) + size / rate
+        return self.next_free
+
 
 class Relay:
     """Accepts on (listen_host, port) and relays each connection to (target_host, target_port)."""
@@ -75,6 +106,7 @@ class Relay:
         self.port = 0
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._shared = {True: _SharedLink(), False: _SharedLink()}  # by direction: upward?
 
     async def start(self, port: int = 0) -> None:
         self._server = await asyncio.start_server(self._accept, self.listen_host, port)
@@ -83,6 +115,10 @@ class Relay:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
+        await self.close_connections()
+
+    async def close_connections(self) -> None:
+        """Ends every connection being relayed now (and any still waiting to connect)."""
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -91,32 +127,44 @@ class Relay:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
+        link = self.link  # a connection keeps the link it was accepted under
         counted = False
+        pipes: list[asyncio.Task[None]] = []
+        target_writer: asyncio.StreamWriter | None = None
         try:
-            if self.link.connect_delay:
-                await asyncio.sleep(self.link.connect_delay)
+            if link.connect_delay:
+                await asyncio.sleep(link.connect_delay)
             try:
                 target_reader, target_writer = await asyncio.open_connection(*self.target)
             except OSError:
                 return
             self.stats.opened()
             counted = True
-            up = asyncio.create_task(
-                self._pipe(reader, target_writer, self.link.up_delay, self.link.up_rate, True)
-            )
-            down = asyncio.create_task(
-                self._pipe(target_reader, writer, self.link.down_delay, self.link.down_rate, False)
-            )
+            pipes = [
+                asyncio.create_task(
+                    self._pipe(reader, target_writer, link.up_delay, link.up_rate, True, link)
+                ),
+                asyncio.create_task(
+                    self._pipe(target_reader, writer, link.down_delay, link.down_rate, False, link)
+                ),
+            ]
             # HTTP peers never half-close a live connection: once either side has closed, the
             # connection no longer counts as open (the other side's FIN is still relayed).
-            await asyncio.wait([up, down], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
             self.stats.closed()
             counted = False
-            await asyncio.gather(up, down, return_exceptions=True)
-            target_writer.close()
+            await asyncio.gather(*pipes, return_exceptions=True)
+        except asyncio.CancelledError:
+            # Ended by close_connections() or stop(). Ending quietly: asyncio 3.12.1's
+            # start_server logs a cancelled connection handler as an error.
+            pass
         finally:
+            for pipe in pipes:
+                pipe.cancel()
             if counted:
                 self.stats.closed()
+            if target_writer is not None:
+                target_writer.close()
             writer.close()
             self._tasks.discard(task)
 
@@ -127,8 +175,11 @@ class Relay:
         delay: float,
         rate: float | None,
         upward: bool,
+        link: Link,
     ) -> None:
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+        shared_rate = link.shared_up_rate if upward else link.shared_down_rate
+        shared = self._shared[upward]
 
         async def deliver() -> None:
             next_free = 0.0
@@ -139,14 +190,16 @@ class Relay:
                         if writer.can_write_eof():
                             writer.write_eof()
                     return
-                now = time.monotonic()
-                start = max(due, next_free)
-                if start > now:
-                    await asyncio.sleep(start - now)
-                if rate:
-                    # Pace the bytes: this chunk occupies the link for len/rate seconds.
-                    transmit = len(data) / rate
-                    await asyncio.sleep(transmit)
+                # The chunk may go once it has crossed the link's delay and the previous chunk
+                # has left; it then occupies the link for len/rate seconds.
+                ready = max(due, next_free)
+                arrival = ready + (len(data) / rate if rate else 0.0)
+                if shared_rate:
+                    arrival = max(arrival, shared.reserve(len(data), ready, shared_rate))
+                wait = arrival - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                if rate or shared_rate:
                     next_free = time.monotonic()
                 writer.write(data)
                 await writer.drain()
@@ -164,8 +217,9 @@ class Relay:
                     break
             await deliverer
         except (ConnectionError, OSError):
-            deliverer.cancel()
             writer.close()
+        finally:
+            deliverer.cancel()
 
 
 class RelayThread:
@@ -184,6 +238,11 @@ class RelayThread:
         asyncio.run_coroutine_threadsafe(relay.start(port), self.loop).result(10)
         self.relays.append(relay)
         return relay
+
+    def close_connections(self) -> None:
+        """Ends every connection all relays are relaying now."""
+        for relay in self.relays:
+            asyncio.run_coroutine_threadsafe(relay.close_connections(), self.loop).result(10)
 
     def close(self) -> None:
         for relay in self.relays:

@@ -3,6 +3,9 @@
 Run by `origins.hypercorn_origin` as `bench.labkit.static_app:app_from_environment()`, which reads
 the directory from `$RESHAPE_STATIC_ROOT`. Content types come from `CONTENT_TYPES`, the same table
 the nginx origin is configured with, so both origins label the same file identically.
+
+Besides files, a POST to a path under `/echo/` is answered 200 with the request's body, so a page
+can make POST requests that succeed (nginx answers POST to a static file with 405).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT_ENV = "RESHAPE_STATIC_ROOT"
+ECHO_PREFIX = "/echo/"
 
 # Bare media types, no charset parameter: nginx adds none by default, and the two origins should
 # send byte-identical Content-Type values for the same file.
@@ -49,7 +53,11 @@ def content_type(path: Path) -> str:
 
 
 class StaticFiles:
-    """Serves GET and HEAD for the files under `root`; a directory means its index.html."""
+    """Serves GET and HEAD for the files under `root`; a directory means its index.html.
+
+    POST to a path under ECHO_PREFIX answers the request body back, with the request's
+    Content-Type; other methods are answered 405.
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
@@ -58,7 +66,10 @@ class StaticFiles:
         if scope["type"] == "lifespan":
             await _run_lifespan(receive, send)
         elif scope["type"] == "http":
-            await self._respond(scope, send)
+            if scope["method"] == "POST" and scope["path"].startswith(ECHO_PREFIX):
+                await _echo(scope, receive, send)
+            else:
+                await self._respond(scope, send)
 
     def resolve(self, url_path: str) -> Path | None:
         """The file a request path names, or None if there is none inside `root`."""
@@ -91,6 +102,30 @@ class StaticFiles:
             }
         )
         await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
+
+
+async def _echo(scope: Scope, receive: Receive, send: Send) -> None:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    body = b"".join(chunks)
+    request_type = dict(scope["headers"]).get(b"content-type", DEFAULT_CONTENT_TYPE.encode())
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", request_type),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _send_text(
