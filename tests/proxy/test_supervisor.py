@@ -29,6 +29,13 @@ def worker_pids(proxy: RunningProxy) -> set[int]:
     return {int(pid) for pid in out.stdout.split()}
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+
+
 def fetch(proxy: RunningProxy, url: str) -> bytes:
     result = subprocess.run(
         ["curl", "-sSf", "--max-time", "10", "--proxy", proxy.proxy_url, url],
@@ -64,6 +71,11 @@ def test_workers_share_the_port_and_metrics_are_merged(
     # A worker that dies is replaced, and the port keeps serving meanwhile.
     victim = sorted(pids)[0]
     os.kill(victim, signal.SIGKILL)
+    # Connections the kernel had already queued on the victim's socket are reset with it; once
+    # it has exited, the other worker's socket takes every new connection.
+    deadline = time.monotonic() + 10
+    while _alive(victim) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert fetch(proxy, origin.url("/page.txt")) == b"x" * 1000
     wait_healthy(proxy)
     new_pids = worker_pids(proxy)
