@@ -125,9 +125,11 @@ class ProxyProcess:
             block_global=False,  # ClientAccess decides who may connect (--allow-clients)
             # Request bodies above this stream to the origin instead of being held whole.
             stream_large_bodies="1m",
-            # Connect only once the request is known: pooled requests never need mitmproxy's own
-            # connection to the origin (eager would open one per client at CONNECT time).
-            connection_strategy="lazy",
+            # With a pool, connect only once the request is known: pooled requests never need
+            # mitmproxy's own connection (eager opens one per client at CONNECT time). Without
+            # one, eager: lazy makes mitmproxy 12.2.3 open an origin connection per request when
+            # an HTTP/2 client talks to an HTTP/1.1-only origin.
+            connection_strategy="lazy" if uses_pool(prepared.policy_file) else "eager",
         )
         metrics.precreate(label_values(prepared.policy_file))
         metrics.build_info.labels(proxy.__version__, mitmproxy.version.VERSION).set(1)
@@ -201,6 +203,10 @@ async def _end_leftover_tasks() -> None:
     for task in leftovers:
         task.cancel()
     await asyncio.gather(*leftovers, return_exceptions=True)
+
+
+def uses_pool(policy_file: PolicyFile) -> bool:
+    return any(policy.upstream is not None for policy in policy_file.policies.values())
 
 
 def route(header: RouteHeader, knobs: UpstreamKnobs) -> Route:
