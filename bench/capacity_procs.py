@@ -25,3 +25,14 @@ def group_runqueue_seconds(pgid: int) -> float:
         except (OSError, ValueError, IndexError):
             continue  # exited meanwhile
     return total_ns / 1e9
+
+
+def own_runqueue_seconds() -> float:
+    """The same for this process's own threads."""
+    total_ns = 0
+    for schedstat in Path("/proc/self/task").glob("*/schedstat"):
+        try:
+            total_ns += int(schedstat.read_text().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total_ns / 1e9

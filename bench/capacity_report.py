@@ -46,6 +46,10 @@ class StepSummary:
     proxy_waiting: float | None
     apache_cores: float
     client_cores: float
+    client_waiting: float  # the same as proxy_waiting, for the simulated users' process
+    # Missed the goal while the proxy or the users waited for cores other work had: the step
+    # was run again (see `repeated`).
+    contended: bool
     queued_share: float | None  # requests that waited for a pooled connection (reshape's)
     h2_connections: int | None
     load_average: float  # the machine's 1-minute load average at the end of the step
@@ -61,7 +65,10 @@ class ConfigResult:
     steps: tuple[StepSummary, ...]
 
     def at(self, users: int, phase: str = SEARCH) -> StepSummary | None:
-        return next((s for s in self.steps if s.users == users and s.phase == phase), None)
+        """The step that gave the verdict for `users` in `phase` (the last one run)."""
+        return next(
+            (s for s in reversed(self.steps) if s.users == users and s.phase == phase), None
+        )
 
     @property
     def errors(self) -> int:
@@ -160,6 +167,7 @@ def steps_table(results: Sequence[ConfigResult]) -> str:
         "proxy CPU wait",
         "Apache cores",
         "client cores",
+        "client CPU wait",
         "timeouts",
         "errors",
         "load avg",
@@ -171,7 +179,7 @@ def steps_table(results: Sequence[ConfigResult]) -> str:
                 (
                     result.label,
                     str(step.users),
-                    step.phase,
+                    step.phase + (" (contended, run again)" if step.contended else ""),
                     "met" if step.passed else "missed",
                     str(step.pages),
                     f"{100 * step.good_share:.0f}",
@@ -184,6 +192,7 @@ def steps_table(results: Sequence[ConfigResult]) -> str:
                     _cores(step.proxy_waiting),
                     f"{step.apache_cores:.2f}",
                     f"{step.client_cores:.2f}",
+                    f"{step.client_waiting:.2f}",
                     str(step.timeouts),
                     str(step.errors),
                     f"{step.load_average:.1f}",

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bench.capacity_client import Browser, FetchError, PageLoad
+from bench.capacity_procs import own_runqueue_seconds
 
 
 @dataclass(frozen=True)
@@ -172,4 +173,8 @@ async def run_step(plan: StepPlan, probe: Callable[[], dict[str, float]] = dict)
 
 def _with_own_cpu(values: dict[str, float]) -> dict[str, float]:
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return {**values, "client": usage.ru_utime + usage.ru_stime}
+    return {
+        **values,
+        "client": usage.ru_utime + usage.ru_stime,
+        "client_wait": own_runqueue_seconds(),
+    }

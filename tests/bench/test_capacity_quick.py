@@ -139,7 +139,7 @@ def test_replace_section_touches_only_its_own(document: str, expected: str) -> N
 def _step(users: int, passed: bool, p90: float) -> StepSummary:
     return StepSummary(
         "direct-2", users, SEARCH, passed, 10, 1.0 if passed else 0.5, 0.1, p90, 100.0, 4, 0, 0,
-        (), None, None, 0.1, 0.1, None, None, 0.5,
+        (), None, None, 0.1, 0.1, 0.0, False, None, None, 0.5,
     )  # fmt: skip
 
 
