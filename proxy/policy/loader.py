@@ -64,6 +64,14 @@ def _check_references(policy_file: PolicyFile, document: object, decoder: Decode
             decoder.fail(line, path, f"no policy named {name!r} (policies: {listed})")
 
     known(policy_file.default, "default", _line_of(document, "default"))
+    policies_node = document.get("policies") if isinstance(document, dict) else None
+    for name, policy in policy_file.policies.items():
+        if policy.preconnect.mode != "off" and policy.upstream is None:
+            decoder.fail(
+                _line_of(policies_node, name),
+                f"policies.{name}.preconnect",
+                "warm connections live in the shared pool: add an `upstream:` section",
+            )
     rules_node = document.get("rules") if isinstance(document, dict) else None
     for i, rule in enumerate(policy_file.rules):
         known(rule.policy, f"rules[{i}].policy", _line_of(rules_node, i))

@@ -99,6 +99,138 @@ class TlsRecordKnobs:
     )
 
 
+# Header fields that frame, route or authenticate a message: never taken from a trailer section
+# (RFC 9110 section 6.5.1), neither forwarded nor promoted. Lower case.
+FORBIDDEN_TRAILER_FIELDS = frozenset(
+    {
+        "authorization",
+        "cache-control",
+        "connection",
+        "content-encoding",
+        "content-length",
+        "content-range",
+        "content-type",
+        "expect",
+        "host",
+        "keep-alive",
+        "max-forwards",
+        "pragma",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "range",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "www-authenticate",
+    }
+)
+
+
+def _trailer_field(value: str) -> str | None:
+    name = value.lower()
+    if not name or any(c in name for c in " \t:\r\n"):
+        return f"expected a header field name such as Server-Timing, got {value!r}"
+    if name in FORBIDDEN_TRAILER_FIELDS:
+        return f"{value} frames, routes or authenticates a message: never taken from trailers"
+    return None
+
+
+def _trailer_fields(values: tuple[str, ...]) -> str | None:
+    return next((problem for v in values if (problem := _trailer_field(v))), None)
+
+
+@dataclass(frozen=True)
+class TrailerKnobs:
+    """Header fields sent after the body (HTTP/1.1 chunked trailers, HTTP/2 trailing HEADERS)."""
+
+    mode: Literal["auto", "forward", "strip", "promote"] = knob(
+        "auto",
+        doc="auto: forward to clients that take trailers (HTTP/2 clients, HTTP/1.1 clients that "
+        "sent TE: trailers), strip for the rest; forward: to every client that can carry them; "
+        "strip: to none; promote: like auto, but for clients that cannot take trailers move "
+        "promote_fields into the header section (buffering bodies up to max_promote_buffer).",
+    )
+    promote_fields: tuple[str, ...] = knob(
+        ("Server-Timing", "Content-Digest"),
+        doc="Trailer fields that may move into the header section (mode promote); case-"
+        "insensitive.",
+        check=_trailer_fields,
+    )
+    max_promote_buffer: int = knob(
+        1_048_576,
+        doc="Largest body buffered to promote its trailers; a larger one streams and its "
+        "trailers are stripped (and counted).",
+        minimum=0,
+    )
+    synthesize: tuple[Literal["content-digest"], ...] = knob(
+        (),
+        doc="Trailers reshape computes while streaming and sends to clients that take trailers: "
+        "content-digest (RFC 9530, sha-256 of the body as sent).",
+    )
+
+
+@dataclass(frozen=True)
+class PreconnectKnobs:
+    """Warm connections to origins a page is expected to need (in the shared pool)."""
+
+    mode: Literal["off", "static", "learned"] = knob(
+        "off",
+        doc="static: static_connections to every origin on first sight (like IE9); learned: "
+        "to the origins earlier loads of the same first-party origin needed.",
+    )
+    static_connections: int = knob(
+        2, doc="Connections opened per origin in mode static.", minimum=1, maximum=64
+    )
+    min_confidence: float = knob(
+        0.75,
+        doc="Preconnect to a learned origin when hits / (hits + misses) exceeds this.",
+        minimum=0.0,
+        maximum=1.0,
+    )
+    max_misses: int = knob(
+        3,
+        doc="A learned origin is forgotten after this many page loads in a row that did not "
+        "need it.",
+        minimum=1,
+    )
+    max_connections_per_origin: int = knob(
+        2,
+        doc="Most warm connections opened to one origin per page load (also capped by "
+        "upstream.max_connections_per_host).",
+        minimum=1,
+        maximum=64,
+    )
+    rule: Literal["history", "half_resources"] = knob(
+        "history",
+        doc="history: as many connections as the origin needed before (at most "
+        "max_connections_per_origin); half_resources: ceil(R/2) for R expected resources.",
+    )
+    idle_timeout: float = knob(
+        10.0, doc="Seconds an unused warm connection is kept before it closes.", minimum=0.001
+    )
+
+
+@dataclass(frozen=True)
+class DestinationKnobs:
+    """Which destination addresses clients may reach through the proxy."""
+
+    private: Literal["allow", "deny"] = knob(
+        "allow",
+        doc="Private networks (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7).",
+    )
+    link_local: Literal["allow", "deny"] = knob(
+        "deny",
+        doc="Link-local and cloud metadata addresses (169.254/16, fe80::/10, fd00:ec2::254).",
+    )
+    loopback: Literal["allow", "deny"] = knob(
+        "allow",
+        doc="Loopback addresses (127/8, ::1). The proxy's own listen and admin addresses are "
+        "refused whatever this says.",
+    )
+
+
 @dataclass(frozen=True)
 class Policy:
     """A named bundle of knobs; an empty mapping `{}` means plain proxying."""
@@ -110,6 +242,18 @@ class Policy:
     tls_records: TlsRecordKnobs | None = knob(
         None,
         doc="Size the TLS records of each connection (absent: OpenSSL's 16 KB records).",
+    )
+    trailers: TrailerKnobs = knob(
+        default_factory=TrailerKnobs,
+        doc="What happens to trailer fields (absent: mode auto).",
+    )
+    preconnect: PreconnectKnobs = knob(
+        default_factory=PreconnectKnobs,
+        doc="Warm origin connections before requests need them (needs upstream; absent: off).",
+    )
+    destinations: DestinationKnobs = knob(
+        default_factory=DestinationKnobs,
+        doc="Destination addresses clients may reach (absent: the defaults below).",
     )
 
 

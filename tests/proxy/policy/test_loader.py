@@ -149,3 +149,27 @@ def test_missing_and_unreadable_files(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00")
     with pytest.raises(PolicyFileError, match="cannot read"):
         load_policy_file(binary)
+
+
+def test_sections_with_defaults_are_present_even_when_absent() -> None:
+    policy = parse("version: 1\ndefault: a\npolicies: {a: {}}\n").policies["a"]
+    assert policy.trailers.mode == "auto"
+    assert policy.preconnect.mode == "off"
+    assert policy.destinations.link_local == "deny"
+
+
+def test_preconnect_needs_the_shared_pool() -> None:
+    found = problems("version: 1\ndefault: a\npolicies:\n  a: {preconnect: {mode: learned}}\n")
+    assert found == [
+        "line 4: policies.a.preconnect: warm connections live in the shared pool: "
+        "add an `upstream:` section"
+    ]
+    parse("version: 1\ndefault: a\npolicies:\n  a: {upstream: {}, preconnect: {mode: learned}}\n")
+
+
+def test_framing_fields_cannot_be_promoted_from_trailers() -> None:
+    found = problems(
+        "version: 1\ndefault: a\npolicies:\n"
+        "  a: {trailers: {mode: promote, promote_fields: [Set-Cookie, Content-Length]}}\n"
+    )
+    assert len(found) == 1 and "Content-Length frames, routes or authenticates" in found[0]
