@@ -11,7 +11,7 @@ POLICY ?= policies/default.yaml
 CONFDIR ?= $(HOME)/.reshape
 PYTEST_ARGS ?=
 
-.PHONY: run test check lint venv test-deps system-deps lock clean
+.PHONY: run test check lint venv test-deps system-deps lock clean lab-plt lab-booster
 
 run: $(VENV)/.installed
 	$(BIN)/reshape ca init --confdir $(CONFDIR)
@@ -43,6 +43,11 @@ test: test-deps lint
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check proxy addons certs tests bench
 	$(BIN)/mypy
+
+# The lab's full experiments (long: see `bench/lab list`); they need the test dependencies
+# (hypercorn origins, Chromium). Results go to bench/RESULTS.md and bench/plots/.
+lab-plt lab-booster: lab-%: test-deps
+	$(BIN)/python bench/lab run $*
 
 # Re-resolve the pins in pyproject.toml into the lock files (needs the package registry).
 lock:
