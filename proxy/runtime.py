@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import mitmproxy.version
-from mitmproxy import addons as mitm_addons
 from mitmproxy import options
 from mitmproxy.master import Master
 from mitmproxy.utils import asyncio_utils
@@ -32,6 +31,7 @@ from proxy import metrics, mitm_patches
 from proxy.addresses import ListenAddress, Network
 from proxy.config import RunConfig
 from proxy.errors import ReshapeError
+from proxy.mitm_addons import proxy_addons
 from proxy.policy.chooser import PolicyChooser
 from proxy.policy.loader import load_policy_file
 from proxy.policy.schema import PolicyFile, UpstreamKnobs
@@ -105,7 +105,7 @@ class ProxyProcess:
         self.engine = Engine(prepared.trust_bundle)
         self.gateway = Gateway(self.engine, self.route_for)
         self.master = Master(options.Options(), with_termlog=False)
-        self.master.addons.add(*mitm_addons.default_addons())
+        self.master.addons.add(*proxy_addons())
         self.master.addons.add(
             ClientAccess(allow_clients),
             mitm_patches.PreferH2ToClients(),
@@ -121,7 +121,6 @@ class ProxyProcess:
             listen_port=listen.port,
             confdir=str(confdir),
             ssl_verify_upstream_trusted_ca=str(prepared.trust_bundle),
-            onboarding=False,  # the admin endpoint serves the CA instead of mitm.it
             block_global=False,  # ClientAccess decides who may connect (--allow-clients)
             # Request bodies above this stream to the origin instead of being held whole.
             stream_large_bodies="1m",
