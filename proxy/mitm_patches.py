@@ -81,6 +81,11 @@ class PreferH2ToClients:
     def tls_start_client(self, data: Any) -> None:
         from mitmproxy import ctx
 
+        if ctx.options.connection_strategy != "lazy":
+            # Eager: mitmproxy has the origin's ALPN and mirrors it, which is right without the
+            # pool: an HTTP/2 client of an HTTP/1.1-only origin would make mitmproxy open an
+            # origin connection (TCP and TLS handshakes) per request (bench/lab plt, h1 origins).
+            return
         offers = data.context.client.alpn_offers or ()
         if ctx.options.http2 and b"h2" in offers and data.ssl_conn is not None:
             app_data = data.ssl_conn.get_app_data()

@@ -50,6 +50,8 @@ class Telemetry:
         self.in_flight = 0
         # mitmproxy's connections to reshape's own internal listeners are not upstream connections.
         self.internal_addresses: set[tuple[str, int]] = set()
+        # Ids of origin connections opened without TLS, not counted yet (see server_connected).
+        self._plain_pending: set[str] = set()
 
     def client_connected(self, client: connection.Client) -> None:
         metrics.client_connections_total.inc()
@@ -59,8 +61,23 @@ class Telemetry:
         metrics.client_connections_active.dec()
 
     def server_connected(self, data: server_hooks.ServerConnectionHookData) -> None:
-        # A TLS connection's protocol is known only once ALPN is done: counted below.
+        # A TLS connection's protocol is known only once ALPN is done: counted when TLS is up.
+        # Whether a connection will be TLS is not always known yet: connecting eagerly for a
+        # CONNECT, mitmproxy opens it before the client's TLS hello arrives. So a connection
+        # without TLS so far is counted (as h1) only once it carries a response or closes
+        # without TLS having started.
         if not data.server.tls and data.server.address not in self.internal_addresses:
+            self._plain_pending.add(data.server.id)
+
+    def tls_start_server(self, data: tls.TlsData) -> None:
+        self._plain_pending.discard(data.conn.id)
+
+    def server_disconnected(self, data: server_hooks.ServerConnectionHookData) -> None:
+        self._count_plain(data.server)
+
+    def _count_plain(self, server: connection.Server) -> None:
+        if server.id in self._plain_pending:
+            self._plain_pending.discard(server.id)
             metrics.upstream_connections_opened_total.labels("h1").inc()
 
     def tls_established_server(self, data: tls.TlsData) -> None:
@@ -74,6 +91,7 @@ class Telemetry:
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         response = flow.response
         assert response is not None
+        self._count_plain(flow.server_conn)
         selection = selection_of(flow)
         if flow.request.timestamp_end and response.timestamp_start:
             labelled(metrics.transaction_seconds, selection.policy_name, selection.arm).observe(
