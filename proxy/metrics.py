@@ -27,6 +27,7 @@ CONNECTION_KINDS = ("new", "reused", "pipelined", "multiplexed")
 REJECT_REASONS = ("queue_full", "queue_timeout")
 TLS_RECORD_SIDES = ("client", "origin")
 TLS_RECORD_SIZES = ("small", "large")
+TRAILER_ACTIONS = ("forwarded", "stripped", "promoted", "synthesized")
 
 # Request ready → first response byte. Bucket edges sit on the latency marks we report.
 TRANSACTION_BUCKETS = (
@@ -168,6 +169,22 @@ tls_record_bytes = Histogram(
     buckets=(512, 1024, 1400, 2048, 4096, 8192, 16384),
 )
 
+# Trailers (addons/trailers.py): what happened to responses' trailer fields, and which clients
+# take them at all.
+trailers_total = Counter(
+    "reshape_trailers",
+    "Responses by what reshape did with their trailer fields: forwarded (origin fields sent as "
+    "trailers), stripped (origin fields dropped), promoted (moved into the header section), "
+    "synthesized (a Content-Digest trailer added). A response counts once per action it had.",
+    ["policy", "arm", "action"],
+)
+clients_total = Counter(
+    "reshape_clients",
+    "Client connections, counted at their first request, by whether they take trailers (HTTP/2, "
+    "or HTTP/1.1 with TE: trailers) and their family (from the User-Agent).",
+    ["accepts_trailers", "client_family"],
+)
+
 build_info = Gauge(
     "reshape_build_info",
     "Always 1; labels say which version runs.",
@@ -220,6 +237,11 @@ def precreate(label_pairs: Iterable[tuple[str, str]]) -> None:
         upstream_tls_handshakes_total.labels(resumed)
     for family in CLIENT_FAMILIES:
         client_split_requests_total.labels(family)
+        for accepts in ("yes", "no"):
+            clients_total.labels(accepts, family)
+    for policy, arm in label_pairs:
+        for action in TRAILER_ACTIONS:
+            trailers_total.labels(policy, arm, action)
     for side in TLS_RECORD_SIDES:
         tls_record_bytes.labels(side)
         for size in TLS_RECORD_SIZES:

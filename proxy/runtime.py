@@ -25,6 +25,7 @@ import proxy
 from addons.client_access import ClientAccess
 from addons.split_requests import SplitRequests
 from addons.tls_records import TlsRecords
+from addons.trailers import Trailers
 from addons.upstream_pool import UpstreamPool
 from certs.authority import CertificateAuthority, init_ca
 from proxy import metrics, mitm_patches
@@ -114,8 +115,10 @@ class ProxyProcess:
         )
         tls_records, split_requests = TlsRecords(), SplitRequests()
         self.master.addons.add(tls_records, split_requests)
+        self.master.addons.add(Trailers())  # after Telemetry: wraps its stream callable
         mitm_patches.size_tls_records(tls_records.record_sizes)
         mitm_patches.report_split_requests(split_requests.request_split)
+        mitm_patches.carry_http1_trailers()
         self.master.options.update(
             listen_host=listen.host,
             listen_port=listen.port,

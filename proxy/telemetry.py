@@ -42,6 +42,7 @@ class ByteCounter:
 # Bodies up to this size, with a Content-Length, are relayed whole rather than streamed.
 SMALL_BODY = 64 * 1024
 
+BYTE_COUNTER = "reshape.byte_counter"  # the ByteCounter a streamed response passes through
 OUTCOME_OVERRIDE = "reshape.outcome"  # set by addons that answer for the origin (e.g. a 503)
 
 
@@ -105,14 +106,16 @@ class Telemetry:
             return
         length = response.headers.get("content-length", "")
         if response.stream or not length.isdigit() or int(length) > SMALL_BODY:
-            response.stream = ByteCounter()
+            # Kept in metadata too: later addons may wrap the stream callable in their own.
+            response.stream = flow.metadata[BYTE_COUNTER] = ByteCounter()
 
     def response(self, flow: http.HTTPFlow) -> None:
         response = flow.response
         assert response is not None
         selection = selection_of(flow)
-        if isinstance(response.stream, ByteCounter):
-            body_bytes = response.stream.count
+        counter = flow.metadata.get(BYTE_COUNTER)
+        if callable(response.stream) and isinstance(counter, ByteCounter):
+            body_bytes = counter.count
         else:
             body_bytes = len(response.raw_content or b"")
         labelled(metrics.response_bytes_total, selection.policy_name, selection.arm).inc(body_bytes)

@@ -17,15 +17,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
 import h11
 
 from proxy.addresses import ListenAddress
 from proxy.upstream.engine import Engine, FirstByteTimeout, QueueRejected, Route
-from proxy.upstream.exchange import UpstreamError, UpstreamRequest, UpstreamResponse, end_to_end
+from proxy.upstream.exchange import (
+    Headers,
+    UpstreamError,
+    UpstreamRequest,
+    UpstreamResponse,
+    end_to_end,
+)
 
 log = logging.getLogger("reshape.upstream")
 
@@ -126,7 +133,8 @@ class Gateway:
                 headers.append((name, value))
         route_header = RouteHeader.decode(route_value, self.token) if route_value else None
         route = self.route_for(route_header) if route_header else None
-        body, body_stream = await _request_body(connection, reader, request)
+        trailers: Headers = []  # filled when the request body ends (a stream: later)
+        body, body_stream = await _request_body(connection, reader, request, trailers)
         if route is None:
             await _send_error(connection, writer, 403, "not a reshape route", "upstream_error")
             return
@@ -139,6 +147,7 @@ class Gateway:
             headers=end_to_end(headers),
             body=body,
             body_stream=body_stream,
+            trailers=trailers,
         )
         exchange = asyncio.ensure_future(self.engine.exchange(route, upstream_request))
         try:
@@ -156,7 +165,7 @@ class Gateway:
         except UpstreamError as e:
             await _send_error(connection, writer, 502, str(e), "upstream_error")
             return
-        await _relay(connection, writer, response, route.read_timeout)
+        await _relay(connection, writer, response, route.read_timeout, request.method)
 
 
 async def _unless_client_leaves(
@@ -197,8 +206,13 @@ async def _next_event(connection: h11.Connection, reader: asyncio.StreamReader) 
 
 
 async def _request_body(
-    connection: h11.Connection, reader: asyncio.StreamReader, request: h11.Request
+    connection: h11.Connection,
+    reader: asyncio.StreamReader,
+    request: h11.Request,
+    trailers: Headers,
 ) -> tuple[bytes, AsyncIterator[bytes] | None]:
+    """The request body, whole or as a stream; its trailer fields are added to `trailers` when
+    it ends (for a stream, before the stream does)."""
     length = next((v for n, v in request.headers if n == b"content-length"), None)
     chunked = any(n == b"transfer-encoding" for n, _ in request.headers)
     if not chunked and (length is None or int(length) <= BUFFERED_BODY_LIMIT):
@@ -208,6 +222,7 @@ async def _request_body(
             if isinstance(event, h11.Data):
                 parts.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
+                trailers.extend(_trailer_fields(event.headers.raw_items()))
                 return b"".join(parts), None
             else:
                 raise h11.RemoteProtocolError(f"unexpected {event!r}")
@@ -218,6 +233,7 @@ async def _request_body(
             if isinstance(event, h11.Data):
                 yield bytes(event.data)
             elif isinstance(event, h11.EndOfMessage):
+                trailers.extend(_trailer_fields(event.headers.raw_items()))
                 return
 
     return b"", stream()
@@ -251,10 +267,22 @@ async def _relay(
     writer: asyncio.StreamWriter,
     response: UpstreamResponse,
     read_timeout: float,
+    method: bytes,
 ) -> None:
-    """Stream the origin's response to mitmproxy; trailers stay behind (mitmproxy 12.2's HTTP/1
-    client cannot read them). An origin silent for `read_timeout` mid-body is cut off."""
+    """Stream the origin's response to mitmproxy, trailers included (mitm_patches makes
+    mitmproxy read them). An origin silent for `read_timeout` mid-body is cut off.
+
+    Trailers need a chunked body on this hop: h11 chunks every response without a length. An
+    HTTP/2 origin may send a length and trailers both; when its head announces them (a `Trailer`
+    field) the length is dropped so they fit. Otherwise trailers after a body with a length have
+    no place on HTTP/1.1 and stay behind.
+    """
     headers = end_to_end(response.headers)
+    announced = any(name.lower() == b"trailer" for name, _ in response.headers)
+    if announced and response.http_version == "HTTP/2":
+        headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]
+    bodiless = method == b"HEAD" or response.status in (204, 304)
+    chunked = not bodiless and not any(name.lower() == b"content-length" for name, _ in headers)
     try:
         writer.write(
             connection.send(
@@ -273,8 +301,33 @@ async def _relay(
                 break
             writer.write(connection.send(h11.Data(data=chunk)) or b"")
             await writer.drain()
-        writer.write(connection.send(h11.EndOfMessage()) or b"")
+        trailers = _trailer_fields(response.trailers)
+        if trailers and not chunked:
+            log.debug("trailers of a response with a length or no body dropped: %r", trailers)
+            trailers = []
+        writer.write(connection.send(h11.EndOfMessage(headers=trailers)) or b"")
         await writer.drain()
     except BaseException:
         response.abort()
         raise
+
+
+# RFC 9110 §5.1, §5.5: a field name is a token; a value has no control characters but HTAB.
+_FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FIELD_VALUE_FORBIDDEN = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def _trailer_fields(fields: Iterable[tuple[bytes, bytes]]) -> Headers:
+    """Trailer fields fit to pass on: end-to-end, not framing (h11 refuses Content-Length and
+    Transfer-Encoding there), and valid — h11 would otherwise fail the connection at the very
+    end of a response whose body has been relayed."""
+    kept = []
+    for name, value in end_to_end(list(fields)):
+        value = value.strip(b" \t")
+        if (
+            name.lower() != b"content-length"
+            and _FIELD_NAME.fullmatch(name)
+            and not _FIELD_VALUE_FORBIDDEN.search(value)
+        ):
+            kept.append((name, value))
+    return kept

@@ -167,20 +167,24 @@ class H2Upstream:
             (b":authority", request.authority),
             (b":path", request.target),
             *((name.lower(), value) for name, value in request.headers),
+            # The engine reads trailers, so it says so: some origins (gRPC, hypercorn) send
+            # them only then.
+            (b"te", b"trailers"),
         ]
+        trailers = [(name.lower(), value) for name, value in request.trailers]
         has_body = bool(request.body) or request.body_stream is not None
         try:
-            self.h2.send_headers(
-                stream_id, headers, end_stream=not has_body and not request.trailers
-            )
+            self.h2.send_headers(stream_id, headers, end_stream=not has_body and not trailers)
             if request.body:
                 await self._send_body(stream_id, request.body)
             if request.body_stream is not None:
                 async for chunk in request.body_stream:
                     await self._send_body(stream_id, chunk)
-            if has_body or request.trailers:
-                if request.trailers:
-                    self.h2.send_headers(stream_id, request.trailers, end_stream=True)
+            # A streamed body's trailers are known only once it has ended.
+            trailers = [(name.lower(), value) for name, value in request.trailers]
+            if has_body or trailers:
+                if trailers:
+                    self.h2.send_headers(stream_id, trailers, end_stream=True)
                 else:
                     self.h2.end_stream(stream_id)
             # Head and body go out in one write when the windows allow it.
