@@ -75,6 +75,12 @@ def _parser() -> argparse.ArgumentParser:
         help="client networks allowed besides loopback; required when --listen or --admin "
         "is not a loopback address",
     )
+    run.add_argument(
+        "--request-log",
+        type=Path,
+        metavar="FILE",
+        help="append one JSON line per completed request (what `reshape report --log` reads)",
+    )
 
     ca = commands.add_parser("ca", help="the interception CA")
     ca_commands = ca.add_subparsers(dest="ca_command", required=True, metavar="ACTION")
@@ -92,6 +98,16 @@ def _parser() -> argparse.ArgumentParser:
     policy_commands = policy.add_subparsers(dest="policy_command", required=True, metavar="ACTION")
     check = policy_commands.add_parser("check", help="validate a policy file")
     check.add_argument("file", type=Path)
+
+    report = commands.add_parser("report", help="compare the arms of an experiment")
+    report.add_argument("--experiment", required=True, metavar="NAME")
+    source = report.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prometheus", metavar="URL", help="a Prometheus server scraping reshape")
+    source.add_argument("--log", type=Path, metavar="FILE", help="a `run --request-log` file")
+    report.add_argument("--plot", type=Path, metavar="DIR", help="write PNG charts into DIR")
+    report.add_argument(
+        "--since", metavar="DURATION", help="only the last DURATION (30s, 15m, 2h, 1d)"
+    )
 
     worker = commands.add_parser("_worker")  # started by the supervisor; not for people
     worker.add_argument("index", type=int)
@@ -132,6 +148,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         workers=args.workers,
         drain_seconds=args.drain_seconds,
         allow_clients=allow_clients,
+        request_log=args.request_log,
     )
 
 
@@ -191,9 +208,21 @@ def _policy(args: argparse.Namespace) -> None:
     )
 
 
+def _report(args: argparse.Namespace) -> None:
+    from proxy.report import build_report, text_report, write_plots
+
+    report = build_report(
+        args.experiment, prometheus=args.prometheus, log=args.log, since=args.since
+    )
+    print(text_report(report), end="")
+    if args.plot is not None:
+        for path in write_plots(report, args.plot):
+            print(f"wrote {path}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handlers = {"run": _run, "_worker": _worker, "ca": _ca, "policy": _policy}
+    handlers = {"run": _run, "_worker": _worker, "ca": _ca, "policy": _policy, "report": _report}
     try:
         handlers[args.command](args)
     except ReshapeError as e:

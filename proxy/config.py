@@ -25,3 +25,5 @@ class RunConfig:
     drain_seconds: float
     # Client networks allowed besides loopback; required to listen beyond loopback.
     allow_clients: tuple[Network, ...] = field(default_factory=tuple)
+    # Append one JSON line per completed request here (proxy/request_log.py); None: no log.
+    request_log: Path | None = None

@@ -185,6 +185,24 @@ clients_total = Counter(
     ["accepts_trailers", "client_family"],
 )
 
+# Policy reloads (proxy/policy/reload.py) and requests on mitmproxy's own origin connections
+# (proxy/request_log.py), the counterpart of reshape_upstream_requests_total for policies
+# without `upstream:`, so connections per request compare across every arm.
+RELOAD_OUTCOMES = ("ok", "invalid")
+DIRECT_CONNECTION_KINDS = ("new", "reused", "multiplexed")
+policy_reloads_total = Counter(
+    "reshape_policy_reloads",
+    "Policy file reloads (SIGHUP or file change), per process: ok, or invalid (refused; the "
+    "previous policy stays).",
+    ["outcome"],
+)
+direct_requests_total = Counter(
+    "reshape_direct_requests",
+    "Requests carried by mitmproxy's own origin connections (policies without upstream:), by "
+    "whether the connection was new, reused or multiplexed (HTTP/2).",
+    ["policy", "arm", "connection"],
+)
+
 build_info = Gauge(
     "reshape_build_info",
     "Always 1; labels say which version runs.",
@@ -242,6 +260,11 @@ def precreate(label_pairs: Iterable[tuple[str, str]]) -> None:
     for policy, arm in label_pairs:
         for action in TRAILER_ACTIONS:
             trailers_total.labels(policy, arm, action)
+    for outcome in RELOAD_OUTCOMES:
+        policy_reloads_total.labels(outcome)
+    for policy, arm in label_pairs:
+        for kind in DIRECT_CONNECTION_KINDS:
+            direct_requests_total.labels(policy, arm, kind)
     for side in TLS_RECORD_SIDES:
         tls_record_bytes.labels(side)
         for size in TLS_RECORD_SIZES:

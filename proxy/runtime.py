@@ -35,8 +35,10 @@ from proxy.errors import ReshapeError
 from proxy.mitm_addons import proxy_addons
 from proxy.policy.chooser import PolicyChooser
 from proxy.policy.loader import load_policy_file
+from proxy.policy.reload import PolicyHolder
 from proxy.policy.schema import PolicyFile, UpstreamKnobs
 from proxy.policy.selection import label_values
+from proxy.request_log import RequestRecords
 from proxy.telemetry import Telemetry
 from proxy.upstream.engine import Engine, Route
 from proxy.upstream.gateway import Gateway, RouteHeader
@@ -97,11 +99,15 @@ class ProxyProcess:
         *,
         reuse_port: bool,
         allow_clients: Sequence[Network] = (),
+        policy: PolicyHolder | None = None,
+        request_log: Path | None = None,
     ) -> None:
         if reuse_port:
             mitm_patches.listen_with_reuse_port()
         self.listen = listen
         self.prepared = prepared
+        # The policy in force (reloadable); `prepared.policy_file` is only the one at start-up.
+        self.policy = policy or PolicyHolder(None, prepared.policy_file)
         self.telemetry = Telemetry()
         self.engine = Engine(prepared.trust_bundle)
         self.gateway = Gateway(self.engine, self.route_for)
@@ -110,9 +116,10 @@ class ProxyProcess:
         self.master.addons.add(
             ClientAccess(allow_clients),
             mitm_patches.PreferH2ToClients(),
-            PolicyChooser(prepared.policy_file),
+            PolicyChooser(self.policy),
             self.telemetry,
         )
+        self.master.addons.add(RequestRecords(request_log))
         tls_records, split_requests = TlsRecords(), SplitRequests()
         self.master.addons.add(tls_records, split_requests)
         self.master.addons.add(Trailers())  # after Telemetry: wraps its stream callable
@@ -131,9 +138,10 @@ class ProxyProcess:
             # mitmproxy's own connection (eager opens one per client at CONNECT time). Without
             # one, eager: lazy makes mitmproxy 12.2.3 open an origin connection per request when
             # an HTTP/2 client talks to an HTTP/1.1-only origin.
-            connection_strategy="lazy" if uses_pool(prepared.policy_file) else "eager",
+            connection_strategy=connection_strategy(self.policy.current),
         )
-        metrics.precreate(label_values(prepared.policy_file))
+        metrics.precreate(label_values(self.policy.current))
+        self.policy.on_change(self._policy_changed)
         metrics.build_info.labels(proxy.__version__, mitmproxy.version.VERSION).set(1)
         self._exception_handler = contextlib.ExitStack()
 
@@ -143,10 +151,23 @@ class ProxyProcess:
 
     def route_for(self, header: RouteHeader) -> Route | None:
         """The engine's route for a request the UpstreamPool addon sent to the gateway."""
-        policy = self.prepared.policy_file.policies.get(header.policy)
+        policy = self.policy.policy(header.policy)
         if policy is None or policy.upstream is None:
             return None
         return route(header, policy.upstream)
+
+    def _policy_changed(self, old: PolicyFile, new: PolicyFile) -> None:
+        metrics.precreate(label_values(new))
+        # mitmproxy reads the option when a client connection's layers decide to connect, so the
+        # switch applies to client connections opened from now on; open ones keep their strategy.
+        strategy = connection_strategy(new)
+        if strategy != self.master.options.connection_strategy:
+            log.info(
+                "connection strategy now %s (policies %s the upstream pool)",
+                strategy,
+                "use" if strategy == "lazy" else "no longer use",
+            )
+            self.master.options.update(connection_strategy=strategy)
 
     async def start(self) -> ListenAddress:
         """Listen and run; a ReshapeError (e.g. port in use) if the listener cannot start."""
@@ -209,6 +230,10 @@ async def _end_leftover_tasks() -> None:
 
 def uses_pool(policy_file: PolicyFile) -> bool:
     return any(policy.upstream is not None for policy in policy_file.policies.values())
+
+
+def connection_strategy(policy_file: PolicyFile) -> str:
+    return "lazy" if uses_pool(policy_file) else "eager"
 
 
 def route(header: RouteHeader, knobs: UpstreamKnobs) -> Route:

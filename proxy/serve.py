@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
@@ -17,12 +17,15 @@ from proxy.addresses import ListenAddress
 from proxy.admin import AdminContent, AdminServer
 from proxy.config import RunConfig
 from proxy.errors import ReshapeError
+from proxy.policy.reload import PolicyHolder, watch_policy
 from proxy.runtime import Prepared, ProxyProcess, log_startup, prepare, stop_signals
 
 log = logging.getLogger("reshape")
 
 WORKER_CONFIG_ENV = "RESHAPE_WORKER_CONFIG"
 WORKER_READY = b"reshape-worker-ready\n"
+# The supervisor's copy of the last valid policy file, which a (re)started worker begins with.
+WORKER_POLICY_ENV = "RESHAPE_WORKER_POLICY"
 
 
 async def start_admin(
@@ -48,12 +51,15 @@ def local_admin_content(
 
 async def serve_single(config: RunConfig) -> None:
     prepared = prepare(config)
+    holder = PolicyHolder(config.policy_path, prepared.policy_file)
     process = ProxyProcess(
         config.listen,
         config.confdir,
         prepared,
         reuse_port=False,
         allow_clients=config.allow_clients,
+        policy=holder,
+        request_log=config.request_log,
     )
     admin, admin_address = await start_admin(config, local_admin_content(config, prepared, process))
     try:
@@ -66,7 +72,9 @@ async def serve_single(config: RunConfig) -> None:
             RunConfig(**{**asdict(config), "listen": listen}), prepared, process
         )
     log_startup(config, prepared, listen, admin_address)
+    watcher = watch_policy(holder)
     await stop_signals().wait()
+    watcher.cancel()
     log.info(
         "stopping: no new connections; draining requests in flight (%.0f s at most)",
         config.drain_seconds,
@@ -82,6 +90,7 @@ def worker_environment(config: RunConfig) -> dict[str, str]:
     data["listen"] = str(config.listen)
     data["admin"] = str(config.admin)
     data["allow_clients"] = ",".join(str(n) for n in config.allow_clients)
+    data["request_log"] = str(config.request_log) if config.request_log else None
     return {WORKER_CONFIG_ENV: json.dumps(data, default=str)}
 
 
@@ -98,6 +107,7 @@ def worker_config() -> RunConfig:
         workers=data["workers"],
         drain_seconds=data["drain_seconds"],
         allow_clients=parse_networks(data["allow_clients"], option="--allow-clients"),
+        request_log=Path(data["request_log"]) if data["request_log"] else None,
     )
 
 
@@ -114,13 +124,25 @@ async def serve_worker(index: int) -> None:
     """One of N processes sharing the listen port; the supervisor serves /metrics for all."""
     die_with_parent()
     config = worker_config()
-    prepared = prepare(config)
+    # Start from the supervisor's last valid copy: the file itself may have turned invalid since
+    # the other workers loaded it. Then watch the file itself, like every other worker.
+    snapshot = os.environ.get(WORKER_POLICY_ENV)
+    prepared = prepare(replace(config, policy_path=Path(snapshot)) if snapshot else config)
+    holder = PolicyHolder(config.policy_path, prepared.policy_file)
     process = ProxyProcess(
-        config.listen, config.confdir, prepared, reuse_port=True, allow_clients=config.allow_clients
+        config.listen,
+        config.confdir,
+        prepared,
+        reuse_port=True,
+        allow_clients=config.allow_clients,
+        policy=holder,
+        request_log=config.request_log,
     )
     await process.start()
+    watcher = watch_policy(holder)
     log.info("worker %d (pid %d) listening on %s", index, os.getpid(), config.listen)
     sys.stdout.buffer.write(WORKER_READY)
     sys.stdout.buffer.flush()
     await stop_signals().wait()
+    watcher.cancel()
     await process.stop(config.drain_seconds)

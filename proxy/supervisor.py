@@ -3,6 +3,12 @@
 The supervisor checks everything once (policy, CA, port), starts the workers, serves the admin
 endpoint with every worker's metrics merged (prometheus_client's multiprocess mode), restarts a
 worker that dies, and on SIGTERM passes the signal on and waits for the workers to drain.
+
+Policy reloads: every worker watches the policy file itself (proxy/policy/reload.py), so all of
+them converge on the file's last valid version; SIGHUP to the supervisor is passed on to every
+worker. The supervisor also keeps its own copy of the last valid version, which a restarted worker
+starts from — the file may be invalid by then, and a worker must not die of it nor run an older
+policy than its siblings.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
@@ -27,8 +34,11 @@ from proxy.addresses import ListenAddress
 from proxy.admin import AdminContent
 from proxy.config import RunConfig
 from proxy.errors import ReshapeError
+from proxy.policy.loader import parse_policy_text
+from proxy.policy.reload import PolicyHolder, read_policy_text, watch_policy
+from proxy.request_log import RequestLogFile
 from proxy.runtime import log_startup, prepare, stop_signals
-from proxy.serve import WORKER_READY, start_admin, worker_environment
+from proxy.serve import WORKER_POLICY_ENV, WORKER_READY, start_admin, worker_environment
 
 log = logging.getLogger("reshape.supervisor")
 
@@ -66,6 +76,8 @@ class Supervisor:
     def __init__(self, config: RunConfig, metrics_dir: str) -> None:
         self.config = config
         self.metrics_dir = metrics_dir
+        # The last valid policy file's text, which (re)started workers begin with.
+        self.policy_snapshot = Path(metrics_dir) / "policy-snapshot.yaml"
         self.workers: dict[int, Worker] = {}
         self.quick_deaths: dict[int, int] = {}  # worker index → consecutive early deaths
         self.registry = CollectorRegistry()
@@ -84,6 +96,7 @@ class Supervisor:
             **os.environ,
             **worker_environment(self.config),
             "PROMETHEUS_MULTIPROC_DIR": self.metrics_dir,
+            WORKER_POLICY_ENV: str(self.policy_snapshot),
         }
         process = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -147,6 +160,17 @@ class Supervisor:
                 await self.spawn(worker.index)
                 log.info("worker %d restarted", worker.index)
 
+    def save_policy(self, text: str) -> None:
+        """Replace the snapshot in one rename, so a worker starting now reads all of it."""
+        partial = self.policy_snapshot.with_suffix(".partial")
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, self.policy_snapshot)
+
+    def forward_sighup(self) -> None:
+        for worker in self.workers.values():
+            with contextlib.suppress(ProcessLookupError):
+                worker.process.send_signal(signal.SIGHUP)
+
     async def stop_all(self) -> None:
         for worker in self.workers.values():
             with contextlib.suppress(ProcessLookupError):
@@ -164,8 +188,14 @@ class Supervisor:
 async def serve_supervised(config: RunConfig) -> None:
     prepared = prepare(config)
     config = replace(config, listen=claim_port(config.listen))
+    if config.request_log is not None:  # fail here, in one line, not in every worker
+        RequestLogFile(config.request_log).close()
+    text = read_policy_text(config.policy_path)  # the text a restarted worker begins with
+    holder = PolicyHolder(config.policy_path, parse_policy_text(text, config.policy_path))
     metrics_dir = tempfile.mkdtemp(prefix="reshape-metrics-")
     supervisor = Supervisor(config, metrics_dir)
+    supervisor.save_policy(text)
+    holder.on_change(lambda old, new: supervisor.save_policy(holder.text or ""))
     content = AdminContent(
         proxy_address=config.listen,
         ca_pem=prepared.ca.cert_pem(),
@@ -174,6 +204,7 @@ async def serve_supervised(config: RunConfig) -> None:
     )
     admin, admin_address = await start_admin(config, content)
     stop = stop_signals()
+    watcher = watch_policy(holder, after_sighup=supervisor.forward_sighup)
     try:
         for index in range(config.workers):
             await supervisor.spawn(index)
@@ -183,6 +214,7 @@ async def serve_supervised(config: RunConfig) -> None:
             "stopping: workers drain requests in flight (%.0f s at most)", config.drain_seconds
         )
     finally:
+        watcher.cancel()
         await supervisor.stop_all()
         await admin.stop()
         shutil.rmtree(metrics_dir, ignore_errors=True)

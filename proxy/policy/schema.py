@@ -295,11 +295,11 @@ class Rule:
 
 
 def _unit(value: str) -> str | None:
-    if value == "client_ip" or (value.startswith("header:") and len(value) > len("header:")):
+    if value in ("client_ip", "cookie") or (
+        value.startswith("header:") and len(value) > len("header:")
+    ):
         return None
-    if value == "cookie":
-        return "unit 'cookie' is not supported by this version yet; use client_ip or header:NAME"
-    return f"expected client_ip or header:NAME, got {value!r}"
+    return f"expected client_ip, header:NAME or cookie, got {value!r}"
 
 
 @dataclass(frozen=True)
@@ -316,7 +316,8 @@ class Experiment:
 
     name: str = knob(doc="Experiment name; becomes part of the `arm` metric label.", check=_glob)
     unit: str = knob(
-        doc="What is assigned to an arm: client_ip, or header:NAME (a request header's value).",
+        doc="What is assigned to an arm: client_ip, header:NAME (a request header's value), or "
+        "cookie (a cookie reshape sets itself).",
         check=_unit,
     )
     arms: Mapping[str, Arm] = knob(doc="Arms by name, each with a policy and a weight.")

@@ -28,6 +28,9 @@ class RequestFacts:
     user_agent: str
     destination: str
     headers: Mapping[str, str]
+    # The client's `reshape_unit` cookie (unit `cookie`), or the fresh id the chooser minted for a
+    # request without one; None: no cookie experiment needs it.
+    unit_cookie: str | None = None
 
 
 def assign_arm(experiment: Experiment, unit_value: str) -> str:
@@ -45,6 +48,8 @@ def assign_arm(experiment: Experiment, unit_value: str) -> str:
 def _unit_value(experiment: Experiment, facts: RequestFacts) -> str | None:
     if experiment.unit == "client_ip":
         return facts.client_ip
+    if experiment.unit == "cookie":
+        return facts.unit_cookie
     header = experiment.unit.removeprefix("header:").lower()
     for name, value in facts.headers.items():
         if name.lower() == header:
@@ -70,6 +75,10 @@ def select(policy_file: PolicyFile, facts: RequestFacts) -> Selection:
             policy_name, policy_file.policies[policy_name], f"{experiment.name}:{arm_name}"
         )
     return Selection(policy_file.default, policy_file.policies[policy_file.default], NO_ARM)
+
+
+def uses_cookie_unit(policy_file: PolicyFile) -> bool:
+    return any(experiment.unit == "cookie" for experiment in policy_file.experiments)
 
 
 def label_values(policy_file: PolicyFile) -> list[tuple[str, str]]:

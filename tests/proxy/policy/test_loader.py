@@ -99,8 +99,8 @@ def test_rules_and_experiments_decode() -> None:
         ),
         (
             "version: 1\ndefault: a\npolicies: {a: {}}\nexperiments:\n  - name: e\n"
-            "    unit: cookie\n    arms: {x: {policy: a, weight: 1}}\n",
-            "line 6: experiments[0].unit: unit 'cookie'",
+            "    unit: cookies\n    arms: {x: {policy: a, weight: 1}}\n",
+            "line 6: experiments[0].unit: expected client_ip, header:NAME or cookie, got 'cookies'",
         ),
         (
             "version: 1\ndefault: a\npolicies: {a: {}}\nexperiments:\n  - name: e\n"

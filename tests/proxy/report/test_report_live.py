@@ -1,0 +1,170 @@
+"""Done-when: `reshape report` finds a planted difference in upstream connections per request
+(p < 0.01) and none in an A/A split, from a real Prometheus scraping the proxy; the request log
+of the same run gives the same requests (see proxy/request_log.py for what it cannot know yet).
+
+One proxy runs two experiments at once, told apart by which header a simulated user sends:
+`planted` (unit header:X-User) puts half the users on mitmproxy's own connections and half on the
+shared pool; `aa` (unit header:X-AA) puts both arms on the same pooled policy. Every request comes
+on a fresh client connection, as from many different clients: without the pool each needs a new
+origin connection, with it almost none do.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bench.labkit.origins import Origin, nginx_origin
+from tests.conftest import REPO, RESHAPE, StartProxy, free_port, http_get
+
+PROMETHEUS = "/usr/bin/prometheus"
+USERS = 80
+REQUESTS_PER_USER = 2
+
+POLICY = """\
+version: 1
+default: direct
+policies:
+  direct: {}
+  pooled:
+    upstream: {max_connections_per_host: 4}
+experiments:
+  - name: aa
+    unit: header:X-AA
+    arms:
+      control: {policy: pooled, weight: 50}
+      treatment: {policy: pooled, weight: 50}
+  - name: planted
+    unit: header:X-User
+    arms:
+      control: {policy: direct, weight: 50}
+      treatment: {policy: pooled, weight: 50}
+"""
+
+
+@pytest.fixture
+def origin(tmp_path: Path) -> Iterator[Origin]:
+    root = tmp_path / "www"
+    root.mkdir()
+    (root / "page.txt").write_text("x" * 2000)
+    with nginx_origin(root, "127.0.0.2") as running:
+        yield running
+
+
+def start_prometheus(tmp_path: Path, target: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        f"  - job_name: reshape\n    static_configs: [{{targets: ['{target}']}}]\n"
+    )
+    log = (tmp_path / "prometheus.log").open("wb")
+    process = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if http_get(f"{url}/-/ready", timeout=1)[0] == 200:
+                return process, url
+        except OSError:
+            pass
+        time.sleep(0.2)
+    process.kill()
+    process.wait()
+    pytest.fail(f"prometheus did not start:\n{(tmp_path / 'prometheus.log').read_text()}")
+
+
+def fetch(proxy_url: str, url: str, header: str, user: int) -> int:
+    with httpx.Client(proxy=proxy_url, timeout=20) as client:  # a fresh client connection
+        response = client.get(url, headers={header: f"user-{user}"})
+        assert response.content == b"x" * 2000
+        return response.status_code
+
+
+def report(*args: str) -> str:
+    result = subprocess.run(
+        [*RESHAPE, "report", *args], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def connections_p(text: str) -> float:
+    match = re.search(r"^  upstream connections per request\s.*p=([0-9.e+-]+)", text, re.M)
+    assert match, text
+    return float(match.group(1))
+
+
+def scraped_requests(url: str, experiment: str) -> float:
+    query = f'sum(reshape_requests_total{{arm=~"{experiment}:.*"}})'
+    status, body = http_get(f"{url}/api/v1/query?query={query.replace(' ', '%20')}")
+    result = json.loads(body)["data"]["result"] if status == 200 else []
+    return float(result[0]["value"][1]) if result else 0.0
+
+
+@pytest.mark.slow
+def test_report_finds_the_planted_difference_and_none_in_a_a(
+    start_reshape: StartProxy, origin: Origin, tmp_path: Path
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    request_log = tmp_path / "requests.jsonl"
+    proxy = start_reshape("--request-log", str(request_log), policy=policy)
+    prometheus, prometheus_url = start_prometheus(tmp_path, proxy.admin)
+    try:
+        url = f"http://{origin.host}:{origin.port}/page.txt"
+        jobs = [
+            (header, user)
+            for user in range(USERS)
+            for header in ("X-User", "X-AA")
+            for _ in range(REQUESTS_PER_USER)
+        ]
+        with ThreadPoolExecutor(4) as pool:
+            statuses = list(pool.map(lambda job: fetch(proxy.proxy_url, url, *job), jobs))
+        assert statuses == [200] * len(jobs)
+        expected = USERS * REQUESTS_PER_USER
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if all(scraped_requests(prometheus_url, e) >= expected for e in ("planted", "aa")):
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("Prometheus never scraped all requests")
+        time.sleep(1.5)  # the request log is flushed every second
+
+        source = ["--prometheus", prometheus_url]
+        planted = report("--experiment", "planted", *source, "--plot", str(tmp_path / "p"))
+        assert connections_p(planted) < 0.01, planted
+        significant = next(line for line in planted.splitlines() if "family-wise (Holm)" in line)
+        assert "upstream connections" in significant, planted  # other measures may differ too
+        assert (tmp_path / "p" / "planted-connections.png").exists()
+        aa = report("--experiment", "aa", *source)
+        assert connections_p(aa) > 0.01, aa
+
+        # The log has every request, and the connection kind of mitmproxy's own connections
+        # (each one new here); pooled requests' kinds are not in the log yet (n/a).
+        planted = report("--experiment", "planted", "--log", str(request_log))
+        requests = re.search(r"^requests\s+(\d+) \[.*?\]\s+(\d+) \[", planted, re.M)
+        assert requests and int(requests[1]) + int(requests[2]) == expected, planted
+        assert re.search(r"^upstream connections per request\s+1\.000 .*\bn/a$", planted, re.M)
+    finally:
+        prometheus.terminate()
+        prometheus.wait(10)

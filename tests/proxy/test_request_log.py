@@ -1,0 +1,97 @@
+"""The request log: whole JSON lines, bounded writes, one record per completed request."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mitmproxy.test import tflow
+
+from bench.labkit.origins import Origin, nginx_origin
+from proxy.errors import UsageError
+from proxy.policy.chooser import PolicyChooser
+from proxy.policy.loader import parse_policy_text
+from proxy.request_log import RequestLogFile, RequestRecords, record
+from tests.conftest import StartProxy
+
+POLICY = parse_policy_text("version: 1\ndefault: a\npolicies: {a: {}}\n", Path("p.yaml"))
+
+
+def test_lines_are_buffered_and_written_whole(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    first, second = RequestLogFile(path), RequestLogFile(path)  # two workers, one file
+    first.append({"n": 1})
+    second.append({"n": 2})
+    assert path.read_bytes() == b""  # buffered: nothing written yet
+    first.flush()
+    second.close()
+    first.append({"n": 3})
+    first.close()
+    lines = path.read_text().splitlines()
+    assert sorted(json.loads(line)["n"] for line in lines) == [1, 2, 3]
+
+
+def test_an_unwritable_path_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="cannot open --request-log .*No such file"):
+        RequestLogFile(tmp_path / "absent" / "log.jsonl")
+
+
+def test_record_fields_of_a_direct_request() -> None:
+    flow = tflow.tflow(resp=True)
+    records = RequestRecords(None)
+    PolicyChooser(POLICY).requestheaders(flow)
+    records.requestheaders(flow)
+    flow.server_conn.timestamp_start = flow.request.timestamp_start
+    assert records._direct_connection_kind(flow) == "new"
+    assert records._direct_connection_kind(flow) == "reused"
+    line = record(flow, "ok", pooled=False, kind="new")
+    assert line["policy"] == "a" and line["arm"] == "none" and line["experiment"] is None
+    assert line["status"] == 200 and line["outcome"] == "ok" and line["bytes"] == len(b"message")
+    assert line["method"] == "GET" and line["host"] == "address"
+    assert line["time"].endswith("Z") and line["queued"] is None
+    json.dumps(line)
+
+
+@pytest.fixture
+def origin(tmp_path: Path) -> Iterator[Origin]:
+    root = tmp_path / "www"
+    root.mkdir()
+    (root / "page.txt").write_text("z" * 3000)
+    with nginx_origin(root, "127.0.0.2") as running:
+        yield running
+
+
+@pytest.mark.slow
+def test_workers_append_every_request_to_one_file(
+    start_reshape: StartProxy, origin: Origin, tmp_path: Path
+) -> None:
+    log = tmp_path / "requests.jsonl"
+    proxy = start_reshape("--workers", "2", "--request-log", str(log))
+    url = f"http://{origin.host}:{origin.port}/page.txt"
+    for _ in range(12):
+        result = subprocess.run(
+            ["curl", "-sS", "--max-time", "10", "--proxy", proxy.proxy_url, url, url],
+            capture_output=True,
+            timeout=30,
+        )
+        assert result.returncode == 0 and result.stdout == b"z" * 6000
+    missing = f"http://{origin.host}:{origin.port}/missing"
+    subprocess.run(["curl", "-sS", "--proxy", proxy.proxy_url, missing], capture_output=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(log.read_text().splitlines()) < 25:
+        time.sleep(0.2)
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(records) == 25
+    pages = [r for r in records if r["status"] == 200]
+    assert len(pages) == 24
+    assert all(r["bytes"] == 3000 and r["policy"] == "baseline" for r in pages)
+    assert all(r["host"] == origin.host and r["scheme"] == "http" for r in records)
+    # curl sends both requests of a run on one connection: the first opens an origin connection.
+    kinds = [r["upstream_connection"] for r in pages]
+    assert kinds.count("new") == 12 and kinds.count("reused") == 12
+    assert [r["status"] for r in records if r["status"] != 200] == [404]
+    assert proxy.metric("reshape_direct_requests_total", connection="new") == 13
