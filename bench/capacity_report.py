@@ -1,25 +1,18 @@
 """bench/capacity's results: the capacity table, the table of every step, the RESULTS.md section.
 
 Pure functions over `StepSummary`s and searches, so tables and sections can be checked without a
-run. `replace_section` serves bench/queueing too.
+run. `section` serves bench/queueing too.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from bench.capacity_search import CapacitySearch
 
 HEADING = "## Capacity (bench/capacity)"
-RESULTS_HEADER = """# Benchmark results
-
-Each section is written by the benchmark named in its title and replaced whole when that benchmark
-runs again; edit the benchmark, not its section.
-"""
 SEARCH, RERUN = "search", "re-run"
 
 
@@ -232,25 +225,3 @@ def section(
         "Machine and versions:\n\n" + "\n".join(f"- {key}: {value}" for key, value in facts.items())
     )
     return "\n\n".join(parts) + "\n"
-
-
-def replace_section(document: str, heading: str, new_section: str) -> str:
-    """`document` with the section under `heading` replaced by `new_section` (appended if absent).
-
-    A section runs from its heading to the next level-2 heading or the end; everything else is
-    kept byte for byte.
-    """
-    if not document.strip():
-        return RESULTS_HEADER + "\n" + new_section
-    start = re.search(rf"^{re.escape(heading)}[ \t]*$", document, re.MULTILINE)
-    if start is None:
-        return document.rstrip("\n") + "\n\n" + new_section
-    following = re.search(r"^## ", document[start.end() :], re.MULTILINE)
-    end = start.end() + following.start() if following else len(document)
-    rest = document[end:]
-    return document[: start.start()] + new_section + ("\n" + rest if rest else "")
-
-
-def record(path: Path, heading: str, new_section: str) -> None:
-    document = path.read_text() if path.exists() else ""
-    path.write_text(replace_section(document, heading, new_section))

@@ -28,20 +28,16 @@ import importlib.metadata
 import json
 import os
 import platform
-import shlex
-import shutil
-import signal
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import uvloop
 
-from bench import capacity_procs, capacity_report, overhead_peers, overhead_report
+from bench import capacity_procs, capacity_report, overhead_peers, runs
 from bench.capacity_apache import ApacheError, ApacheSettings, RunningApache, apache
 from bench.capacity_apache import ensure_installed as ensure_apache
 from bench.capacity_metrics import Samples, scrape
@@ -52,8 +48,8 @@ from bench.capacity_users import StepPlan, StepResult, run_step
 from bench.labkit.pki import OriginPKI
 from bench.overhead_peers import ProxyStartError, RunningProxy
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "bench" / "RESULTS.md"
+BENCH = runs.Bench("capacity")
+say = BENCH.say
 ORIGIN_HOST = "127.0.0.2"
 # Pause between steps: connections of the last step are closed and Apache's workers free.
 SETTLE_SECONDS = 1.0
@@ -129,10 +125,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--no-rerun", action="store_true", help="skip re-running C and C+1")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="smoke test: one short step each")
-    parser.add_argument("--no-record", action="store_true", help="do not write bench/RESULTS.md")
-    parser.add_argument("--results", type=Path, default=RESULTS, help="the RESULTS.md to update")
-    parser.add_argument("--json", type=Path, help="also write every step's figures here")
-    parser.add_argument("--workdir", type=Path, help="keep configs and logs here (default: temp)")
+    runs.add_output_arguments(parser, figures="step")
     args = parser.parse_args(argv)
 
     names = args.configs.split(",") if args.configs else list(CONFIGS)
@@ -159,33 +152,17 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
-def say(message: str) -> None:
-    print(f"capacity: {message}", file=sys.stderr, flush=True)
-
-
 def main(argv: Sequence[str]) -> int:
-    args = parse_args(argv)
-    command = shlex.join(["bench/capacity", *argv])
-    # Servers run in sessions of their own, out of reach of a signal to ours: on SIGTERM, unwind
-    # like on Ctrl-C so that every context manager stops what it started.
-    signal.signal(signal.SIGTERM, _exit_on_signal)
-    try:
-        return _run(args, command)
-    except (ProxyStartError, ApacheError) as error:
-        say(f"FAILED: {error}")
-        return 1
-
-
-def _exit_on_signal(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+    return BENCH.main(argv, parse_args, _run, (ProxyStartError, ApacheError))
 
 
 def _run(args: argparse.Namespace, command: str) -> int:
     apache_version = ensure_apache(say)
-    facts = overhead_report.machine()
+    facts = runs.machine()
     started = datetime.datetime.now(datetime.UTC)
-    notes = _busy_machine_notes()
-    with _workdir(args.workdir) as workdir:
+    notes = BENCH.busy_machine_notes()
+    # Apache's children run as www-data and must reach the files and their logs.
+    with BENCH.workdir(args.workdir, mode=0o711) as workdir:
         www = workdir / "www"
         page = build_page(www, resources=args.resources, seed=args.seed)
         pki = OriginPKI(workdir / "pki")  # reshape wants an --upstream-ca; Apache is plain HTTP
@@ -200,7 +177,7 @@ def _run(args: argparse.Namespace, command: str) -> int:
                 _rerun(lanes, args, page)
         addresses = [(lane.apache.host, lane.apache.port) for lane in lanes]
         addresses += [("127.0.0.1", p) for lane in lanes if lane.proxy for p in lane.proxy.ports]
-    facts["load average at end"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    facts["load average at end"] = runs.load_average()
 
     results = [
         ConfigResult(
@@ -228,13 +205,11 @@ def _run(args: argparse.Namespace, command: str) -> int:
         samples = sorted({e for s in result.steps for e in s.error_samples})[:3]
         say(f"{result.label}: {result.errors} pages with errors, e.g. {samples}")
         notes.append(f"FAILED page loads (errors, not timeouts) in {result.label}: {result.errors}")
-    busy = [f"{host}:{port}" for host, port in addresses if overhead_peers.accepts(host, port)]
-    if busy:
-        say(f"still accepting connections after the run: {', '.join(busy)}")
+    busy = BENCH.still_accepting(addresses)
     if args.json:
         args.json.write_text(json.dumps([_as_json(r) for r in results], indent=2))
     if not args.no_record:
-        capacity_report.record(
+        runs.record(
             args.results,
             capacity_report.HEADING,
             capacity_report.section(
@@ -545,19 +520,6 @@ def _explanations(args: argparse.Namespace) -> list[str]:
     ]
 
 
-def _busy_machine_notes() -> list[str]:
-    cores = len(os.sched_getaffinity(0))
-    load = os.getloadavg()[0]
-    if load <= cores / 2:
-        return []
-    note = (
-        f"Load average {load:.2f} on {cores} cores when the run started: other work was "
-        "competing with this benchmark; compare rows within this run only."
-    )
-    say(note)
-    return [note]
-
-
 def _versions(apache_version: str) -> dict[str, str]:
     return {
         "apache2": apache_version,
@@ -577,23 +539,6 @@ def _as_json(result: ConfigResult) -> dict[str, object]:
         "capacity_label": result.search.label(),
         "steps": [asdict(step) for step in result.steps],
     }
-
-
-@contextlib.contextmanager
-def _workdir(given: Path | None) -> Iterator[Path]:
-    if given is not None:
-        given.mkdir(parents=True, exist_ok=True)
-        if any(given.iterdir()):
-            raise ProxyStartError(f"--workdir {given} is not empty")
-        yield given.resolve()
-        return
-    path = Path(tempfile.mkdtemp(prefix="reshape-capacity-"))
-    # Apache's children run as www-data and must reach the files and their logs.
-    path.chmod(0o711)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""bench/overhead's results: the comparison table, the machine, and the RESULTS.md section.
+"""bench/overhead's results: the comparison table, the versions, and the RESULTS.md section.
 
 Pure functions over `Measurement`s, so the table and the section can be checked without a run.
 """
@@ -8,21 +8,14 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
-import re
 import statistics
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
+from bench import runs
 from bench.overhead_loadgen import LoadResult
 
 HEADING = "## Overhead (bench/overhead)"
-RESULTS_HEADER = """# Benchmark results
-
-Each section is written by the benchmark named in its title and replaced whole when that benchmark
-runs again; edit the benchmark, not its section.
-"""
 COLUMNS = (
     "config",
     "scheme",
@@ -208,54 +201,17 @@ def _cpu_ratio(own: Measurement, peer: Measurement) -> str:
     return f"; {own.cpu_ms_per_request / peer.cpu_ms_per_request:.2f}x CPU per request"
 
 
-def machine() -> dict[str, str]:
-    cpuinfo = _read("/proc/cpuinfo")
-    model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
-    meminfo = re.search(r"^MemTotal:\s*(\d+) kB", _read("/proc/meminfo"), re.MULTILINE)
-    load = os.getloadavg()
-    return {
-        "cores (nproc)": str(len(os.sched_getaffinity(0))),
-        "CPU": model.group(1).strip() if model else platform.processor() or "unknown",
-        "kernel": f"{platform.system()} {platform.release()}",
-        "memory": f"{int(meminfo.group(1)) / 1024 / 1024:.1f} GiB" if meminfo else "unknown",
-        "load average at start": " ".join(f"{value:.2f}" for value in load),
-    }
-
-
 def versions(go: str, squid: str | None) -> dict[str, str]:
     found = {
-        "nginx": _first_line(["/usr/sbin/nginx", "-v"]),
+        "nginx": runs.first_line(["/usr/sbin/nginx", "-v"]),
         "mitmproxy": importlib.metadata.version("mitmproxy"),
-        "reshape": _package_version("reshape"),
+        "reshape": runs.package_version("reshape"),
         "Python": platform.python_version(),
-        "Go (loadgen)": _first_line([go, "version"]),
+        "Go (loadgen)": runs.first_line([go, "version"]),
     }
     if squid:
         found["squid"] = squid
     return found
-
-
-def _package_version(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def _first_line(argv: list[str]) -> str:
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
-    except OSError as error:
-        return f"unknown ({error})"
-    out = (done.stdout or done.stderr).strip()
-    return out.splitlines()[0] if out else "unknown"
-
-
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return ""
 
 
 def section(
@@ -288,25 +244,3 @@ def section(
         f"Machine and versions:\n\n{facts}",
     ]
     return "\n\n".join(part for part in parts if part) + "\n"
-
-
-def replace_section(document: str, new_section: str) -> str:
-    """`document` with its overhead section replaced by `new_section` (appended if absent).
-
-    The section runs from its heading to the next level-2 heading or the end; other sections
-    are left byte for byte.
-    """
-    if not document.strip():
-        return RESULTS_HEADER + "\n" + new_section
-    start = re.search(rf"^{re.escape(HEADING)}[ \t]*$", document, re.MULTILINE)
-    if start is None:
-        return document.rstrip("\n") + "\n\n" + new_section
-    following = re.search(r"^## ", document[start.end() :], re.MULTILINE)
-    end = start.end() + following.start() if following else len(document)
-    rest = document[end:]
-    return document[: start.start()] + new_section + ("\n" + rest if rest else "")
-
-
-def record(path: Path, new_section: str) -> None:
-    document = path.read_text() if path.exists() else ""
-    path.write_text(replace_section(document, new_section))

@@ -16,29 +16,25 @@ import contextlib
 import datetime
 import functools
 import json
-import os
 import random
-import shlex
-import shutil
-import signal
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench import overhead_loadgen, overhead_peers, overhead_report
+from bench import overhead_loadgen, overhead_peers, overhead_report, runs
 from bench.labkit.origins import Origin, OriginStartError, nginx_origin
 from bench.labkit.pki import OriginPKI
 from bench.overhead_loadgen import LoadgenError, LoadResult
 from bench.overhead_peers import ProxyStartError, RunningProxy, SquidBinary
 from bench.overhead_report import Measurement
 
+BENCH = runs.Bench("overhead")
+say = BENCH.say
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".bench-cache"
-RESULTS = REPO / "bench" / "RESULTS.md"
 DEFAULT_POLICY = REPO / "policies" / "default.yaml"
 ORIGIN_HOST = "127.0.0.2"
 FILE_NAME = "1k.bin"
@@ -121,10 +117,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument("--policy", type=Path, default=DEFAULT_POLICY, help="reshape's policy")
     parser.add_argument("--quick", action="store_true", help="smoke test: 2 s rows, fewer configs")
-    parser.add_argument("--no-record", action="store_true", help="do not write bench/RESULTS.md")
-    parser.add_argument("--results", type=Path, default=RESULTS, help="the RESULTS.md to update")
-    parser.add_argument("--json", type=Path, help="also write every run's figures here")
-    parser.add_argument("--workdir", type=Path, help="keep configs and logs here (default: temp)")
+    runs.add_output_arguments(parser, figures="run")
     args = parser.parse_args(argv)
 
     configs = (
@@ -145,25 +138,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
-def say(message: str) -> None:
-    print(f"overhead: {message}", file=sys.stderr, flush=True)
-
-
 def main(argv: Sequence[str]) -> int:
-    args = parse_args(argv)
-    command = shlex.join(["bench/overhead", *argv])
-    # Proxies and origins run in sessions of their own, out of reach of a signal to ours: on
-    # SIGTERM, unwind like on Ctrl-C so that every context manager stops what it started.
-    signal.signal(signal.SIGTERM, _exit_on_signal)
-    try:
-        return _run(args, command)
-    except (ProxyStartError, OriginStartError, LoadgenError) as error:
-        say(f"FAILED: {error}")
-        return 1
-
-
-def _exit_on_signal(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+    return BENCH.main(argv, parse_args, _run, (ProxyStartError, OriginStartError, LoadgenError))
 
 
 def _run(args: argparse.Namespace, command: str) -> int:
@@ -174,11 +150,12 @@ def _run(args: argparse.Namespace, command: str) -> int:
         say(f"{squid.path} cannot ssl-bump: squid https rows are CONNECT tunnels")
     if any(c.startswith("reshape") for c in args.configs) and not args.policy.exists():
         raise ProxyStartError(f"reshape policy {args.policy} does not exist")
-    machine_facts = overhead_report.machine()
+    machine_facts = runs.machine()
     started = datetime.datetime.now(datetime.UTC)
-    notes = _busy_machine_notes()
+    notes = BENCH.busy_machine_notes()
 
-    with _workdir(args.workdir) as workdir:
+    # Squid drops root privileges and must be able to reach its own subdirectory.
+    with BENCH.workdir(args.workdir, mode=0o711) as workdir:
         pki = OriginPKI(workdir / "pki")
         www = workdir / "www"
         www.mkdir()
@@ -194,7 +171,7 @@ def _run(args: argparse.Namespace, command: str) -> int:
         ):
             measurements, addresses = _measure(args, lab, loadgen, {"http": plain, "https": secure})
         addresses += [(ORIGIN_HOST, plain.port), (ORIGIN_HOST, secure.port)]
-    machine_facts["load average at end"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    machine_facts["load average at end"] = runs.load_average()
 
     print(overhead_report.markdown_table(measurements))
     for line in overhead_report.target_lines(measurements):
@@ -204,14 +181,13 @@ def _run(args: argparse.Namespace, command: str) -> int:
         samples = {s for run in m.runs for s in run.error_samples}
         say(f"{m.label} {m.scheme}: {m.errors} failed requests, e.g. {sorted(samples)[:3]}")
         notes.append(f"FAILED requests in {m.label} {m.scheme}: {m.errors}")
-    busy = [f"{host}:{port}" for host, port in addresses if overhead_peers.accepts(host, port)]
-    if busy:
-        say(f"still accepting connections after the run: {', '.join(busy)}")
+    busy = BENCH.still_accepting(addresses)
     if args.json:
         args.json.write_text(json.dumps([_as_json(m) for m in measurements], indent=2))
     if not args.no_record:
-        overhead_report.record(
+        runs.record(
             args.results,
+            overhead_report.HEADING,
             overhead_report.section(
                 when=started.strftime("%Y-%m-%d %H:%M UTC"),
                 command=command,
@@ -226,19 +202,6 @@ def _run(args: argparse.Namespace, command: str) -> int:
         )
         say(f"recorded in {args.results}")
     return 1 if failed or busy else 0
-
-
-def _busy_machine_notes() -> list[str]:
-    cores = len(os.sched_getaffinity(0))
-    load = os.getloadavg()[0]
-    if load <= cores / 2:
-        return []
-    note = (
-        f"Load average {load:.2f} on {cores} cores when the run started: other work was "
-        "competing with this benchmark; compare rows within this run only."
-    )
-    say(note)
-    return [note]
 
 
 def _as_json(m: Measurement) -> dict[str, object]:
@@ -390,23 +353,6 @@ def _relative(path: Path) -> str:
         return str(path.resolve().relative_to(REPO))
     except ValueError:
         return str(path)
-
-
-@contextlib.contextmanager
-def _workdir(given: Path | None) -> Iterator[Path]:
-    if given is not None:
-        given.mkdir(parents=True, exist_ok=True)
-        if any(given.iterdir()):
-            raise ProxyStartError(f"--workdir {given} is not empty")
-        yield given.resolve()
-        return
-    path = Path(tempfile.mkdtemp(prefix="reshape-overhead-"))
-    # Squid drops root privileges and must be able to reach its own subdirectory.
-    path.chmod(0o711)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -29,31 +29,20 @@ import contextlib
 import datetime
 import importlib.metadata
 import json
-import os
 import platform
-import shlex
-import shutil
-import signal
 import ssl
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import uvloop
 
-from bench import (
-    capacity_procs,
-    capacity_report,
-    overhead_peers,
-    overhead_report,
-    queueing_report,
-)
+from bench import capacity_procs, capacity_report, overhead_peers, queueing_report, runs
 from bench.capacity_metrics import Samples, scrape
 from bench.capacity_site import Page, build_page
 from bench.labkit.origins import OriginStartError, nginx_origin
@@ -63,8 +52,8 @@ from bench.queueing_load import LoadPlan, LoadResult, run_load
 from bench.queueing_relay import RelayCounts, RelayProcess, relay_process
 from bench.queueing_report import HEADING, Run
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "bench" / "RESULTS.md"
+BENCH = runs.Bench("queueing")
+say = BENCH.say
 ORIGIN_HOST = "127.0.0.2"
 RELAY_HOST = "127.0.0.4"
 SETTLE_SECONDS = 0.5
@@ -127,10 +116,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=120.0, help="bound on one run, seconds")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="smoke test: one small round")
-    parser.add_argument("--no-record", action="store_true", help="do not write bench/RESULTS.md")
-    parser.add_argument("--results", type=Path, default=RESULTS, help="the RESULTS.md to update")
-    parser.add_argument("--json", type=Path, help="also write every run's figures here")
-    parser.add_argument("--workdir", type=Path, help="keep configs and logs here (default: temp)")
+    runs.add_output_arguments(parser, figures="run")
     args = parser.parse_args(argv)
 
     names = args.configs.split(",") if args.configs else list(CONFIGS)
@@ -158,33 +144,16 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
-def say(message: str) -> None:
-    print(f"queueing: {message}", file=sys.stderr, flush=True)
-
-
 def main(argv: Sequence[str]) -> int:
-    args = parse_args(argv)
-    command = shlex.join(["bench/queueing", *argv])
-    # Servers run in sessions of their own, out of reach of a signal to ours: on SIGTERM, unwind
-    # like on Ctrl-C so that every context manager stops what it started.
-    signal.signal(signal.SIGTERM, _exit_on_signal)
-    try:
-        return _run(args, command)
-    except (ProxyStartError, OriginStartError, RuntimeError) as error:
-        say(f"FAILED: {error}")
-        return 1
-
-
-def _exit_on_signal(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+    return BENCH.main(argv, parse_args, _run, (ProxyStartError, OriginStartError, RuntimeError))
 
 
 def _run(args: argparse.Namespace, command: str) -> int:
-    facts = overhead_report.machine()
+    facts = runs.machine()
     started = datetime.datetime.now(datetime.UTC)
-    notes = _busy_machine_notes()
-    runs: list[Run] = []
-    with _workdir(args.workdir) as workdir:
+    notes = BENCH.busy_machine_notes()
+    measured: list[Run] = []
+    with BENCH.workdir(args.workdir) as workdir:
         www = workdir / "www"
         page = build_page(www, resources=args.resources, seed=args.seed)
         pki = OriginPKI(workdir / "pki")
@@ -215,15 +184,15 @@ def _run(args: argparse.Namespace, command: str) -> int:
             for round_number in range(1, args.repeat + 1):
                 for rtt in args.rtts:
                     for config in args.configs:
-                        runs.append(
+                        measured.append(
                             _one_run(
                                 args, config, rtt, round_number, relays[rtt], page, pki, workdir
                             )
                         )
             addresses = [(origin.host, origin.port)] + [(r.host, r.port) for r in relays.values()]
-    facts["load average at end"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    facts["load average at end"] = runs.load_average()
 
-    rows = queueing_report.rows(runs, [c.name for c in args.configs], args.rtts)
+    rows = queueing_report.rows(measured, [c.name for c in args.configs], args.rtts)
     tables = [queueing_report.table(rows, rtt) for rtt in args.rtts]
     findings = queueing_report.findings(rows)
     for table in tables:
@@ -231,20 +200,18 @@ def _run(args: argparse.Namespace, command: str) -> int:
         print()
     for line in findings:
         print(line)
-    failed = [run for run in runs if run.errors]
+    failed = [run for run in measured if run.errors]
     for run in failed:
         say(f"{run.config} at {run.rtt * 1000:g} ms: errors {run.errors[:3]}")
         notes.append(
             f"FAILED requests in {run.config} at {run.rtt * 1000:g} ms RTT, round "
             f"{run.round}: {len(run.errors)}"
         )
-    busy = [f"{host}:{port}" for host, port in addresses if overhead_peers.accepts(host, port)]
-    if busy:
-        say(f"still accepting connections after the run: {', '.join(busy)}")
+    busy = BENCH.still_accepting(addresses)
     if args.json:
-        args.json.write_text(json.dumps([asdict(run) for run in runs], indent=2, default=str))
+        args.json.write_text(json.dumps([asdict(run) for run in measured], indent=2, default=str))
     if not args.no_record:
-        capacity_report.record(
+        runs.record(
             args.results,
             HEADING,
             capacity_report.section(
@@ -430,19 +397,6 @@ def _setup_text(args: argparse.Namespace, page: Page) -> str:
   ready to run but had no core (/proc schedstat), i.e. CPU that other work took from it."""
 
 
-def _busy_machine_notes() -> list[str]:
-    cores = len(os.sched_getaffinity(0))
-    load = os.getloadavg()[0]
-    if load <= cores / 2:
-        return []
-    note = (
-        f"Load average {load:.2f} on {cores} cores when the run started: other work was "
-        "competing with this benchmark; compare rows within this run only."
-    )
-    say(note)
-    return [note]
-
-
 def _versions() -> dict[str, str]:
     nginx = subprocess.run(
         ["/usr/sbin/nginx", "-v"], capture_output=True, text=True, timeout=30, check=False
@@ -454,21 +408,6 @@ def _versions() -> dict[str, str]:
         "uvloop (browsers, relay)": importlib.metadata.version("uvloop"),
         "Python": platform.python_version(),
     }
-
-
-@contextlib.contextmanager
-def _workdir(given: Path | None) -> Iterator[Path]:
-    if given is not None:
-        given.mkdir(parents=True, exist_ok=True)
-        if any(given.iterdir()):
-            raise ProxyStartError(f"--workdir {given} is not empty")
-        yield given.resolve()
-        return
-    path = Path(tempfile.mkdtemp(prefix="reshape-queueing-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 if __name__ == "__main__":

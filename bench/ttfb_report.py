@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from bench.ttfb_browser import PageTiming
 
@@ -80,21 +78,3 @@ def section(
         f"Machine and versions:\n\n{listed}",
     ]
     return "\n\n".join(parts) + "\n"
-
-
-def replace_section(document: str, new_section: str) -> str:
-    """`document` with this benchmark's section replaced by `new_section` (appended if absent);
-    every other section is left byte for byte."""
-    if not document.strip():
-        return new_section
-    start = re.search(rf"^{re.escape(HEADING)}[ \t]*$", document, re.MULTILINE)
-    if start is None:
-        return document.rstrip("\n") + "\n\n" + new_section
-    following = re.search(r"^## ", document[start.end() :], re.MULTILINE)
-    end = start.end() + following.start() if following else len(document)
-    rest = document[end:]
-    return document[: start.start()] + new_section + ("\n" + rest if rest else "")
-
-
-def record(path: Path, new_section: str) -> None:
-    path.write_text(replace_section(path.read_text() if path.exists() else "", new_section))

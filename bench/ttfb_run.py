@@ -25,17 +25,13 @@ import json
 import os
 import platform
 import random
-import shlex
-import signal
 import statistics
-import sys
-import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import asdict
 from pathlib import Path
 
-from bench import overhead_peers, overhead_report
+from bench import overhead_peers, runs
 from bench.labkit.browser import CHROMIUM, PageLoadError
 from bench.labkit.origins import OriginStartError, nginx_origin
 from bench.labkit.pki import OriginPKI
@@ -44,10 +40,10 @@ from bench.labkit.sites import png
 from bench.overhead_peers import ProxyStartError, RunningProxy
 from bench.ttfb_browser import FIRST_BYTES_MARK, PageTiming, timed_load
 from bench.ttfb_link import SegmentLink, SegmentRelay
-from bench.ttfb_report import BASELINE, Row, record, section, table
+from bench.ttfb_report import BASELINE, HEADING, Row, section, table
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "bench" / "RESULTS.md"
+BENCH = runs.Bench("ttfb")
+say = BENCH.say
 ORIGIN_HOST = "127.0.0.2"
 CONFIGS = ("reshape-dynamic", "reshape-16k", "mitmdump")
 LINKS = ("relay", "segments")
@@ -74,10 +70,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--links", default=",".join(LINKS), help="relay, segments or both")
     parser.add_argument("--down-kbit", type=float, default=1500.0, help="kbit/s to the browser")
     parser.add_argument("--rtt-ms", type=float, default=100.0, help="round-trip time")
-    parser.add_argument("--no-record", action="store_true", help="do not write bench/RESULTS.md")
-    parser.add_argument("--results", type=Path, default=RESULTS, help="the RESULTS.md to update")
-    parser.add_argument("--json", type=Path, help="also write every load's figures here")
-    parser.add_argument("--workdir", type=Path, help="keep configs and logs here (default: temp)")
+    runs.add_output_arguments(parser, figures="load")
     args = parser.parse_args(argv)
     args.configs = list(dict.fromkeys(args.configs.split(",")))
     args.links = list(dict.fromkeys(args.links.split(",")))
@@ -89,25 +82,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
-def say(message: str) -> None:
-    print(f"ttfb: {message}", file=sys.stderr, flush=True)
-
-
 def main(argv: Sequence[str]) -> int:
-    args = parse_args(argv)
-    command = shlex.join(["bench/ttfb", *argv])
-    # Proxies and origins run in sessions of their own: on SIGTERM, unwind like on Ctrl-C so that
-    # every context manager stops what it started.
-    signal.signal(signal.SIGTERM, _exit_on_signal)
-    try:
-        return _run(args, command)
-    except (ProxyStartError, OriginStartError) as error:
-        say(f"FAILED: {error}")
-        return 1
-
-
-def _exit_on_signal(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+    return BENCH.main(argv, parse_args, _run, (ProxyStartError, OriginStartError))
 
 
 def write_site(root: Path, seed: int = 1) -> tuple[str, dict[str, bytes]]:
@@ -172,13 +148,13 @@ def _segment_relay(
 
 
 def _run(args: argparse.Namespace, command: str) -> int:
-    facts = overhead_report.machine()
+    facts = runs.machine()
     busy = _busy_machine_notes()
     started = datetime.datetime.now(datetime.UTC)
     rate = args.down_kbit * 1000 / 8
     half_rtt = args.rtt_ms / 1000 / 2
     loads: list[dict[str, object]] = []
-    with _workdir(args.workdir) as workdir, ExitStack() as stack:
+    with BENCH.workdir(args.workdir, must_be_empty=False) as workdir, ExitStack() as stack:
         pki = OriginPKI(workdir / "pki")
         page, files = write_site(workdir / "www")
         page_bytes = len(files[page])
@@ -251,15 +227,16 @@ def _run(args: argparse.Namespace, command: str) -> int:
         Row(link, config, tuple(timings[link, config]), failures[link, config])
         for link, config in order
     ]
-    facts["load average at end"] = " ".join(f"{value:.2f}" for value in os.getloadavg())
+    facts["load average at end"] = runs.load_average()
     facts.update(_versions())
 
     print(table(rows))
     if args.json:
         args.json.write_text(json.dumps(loads, indent=1) + "\n")
     if not args.no_record:
-        record(
+        runs.record(
             args.results,
+            HEADING,
             section(
                 when=started.strftime("%Y-%m-%d %H:%M UTC"),
                 command=command,
@@ -268,6 +245,7 @@ def _run(args: argparse.Namespace, command: str) -> int:
                 notes="\n".join([_notes(rows, args.down_kbit), *busy]),
                 facts=facts,
             ),
+            header=None,
         )
         say(f"recorded in {args.results}")
     return 1 if any(row.failures for row in rows) else 0
@@ -275,8 +253,8 @@ def _run(args: argparse.Namespace, command: str) -> int:
 
 def _versions() -> dict[str, str]:
     found = {
-        "nginx": overhead_report._first_line(["/usr/sbin/nginx", "-v"]),
-        "Chromium": overhead_report._first_line([str(CHROMIUM), "--version"]),
+        "nginx": runs.first_line(["/usr/sbin/nginx", "-v"]),
+        "Chromium": runs.first_line([str(CHROMIUM), "--version"]),
         "mitmproxy": importlib.metadata.version("mitmproxy"),
         "Python": platform.python_version(),
     }
@@ -390,13 +368,3 @@ def _busy_machine_notes() -> list[str]:
 def _difference(row: Row, baseline: Row, field: str) -> float | None:
     own, base = row.median(field), baseline.median(field)
     return None if own is None or base is None else own - base
-
-
-@contextlib.contextmanager
-def _workdir(given: Path | None) -> Iterator[Path]:
-    if given is not None:
-        given.mkdir(parents=True, exist_ok=True)
-        yield given.resolve()
-        return
-    with tempfile.TemporaryDirectory(prefix="reshape-ttfb-") as temporary:
-        yield Path(temporary)

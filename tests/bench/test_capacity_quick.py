@@ -2,28 +2,17 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bench.capacity_apache import APACHE, ApacheSettings, config
 from bench.capacity_metrics import Samples
-from bench.capacity_report import (
-    HEADING,
-    RESULTS_HEADER,
-    SEARCH,
-    ConfigResult,
-    StepSummary,
-    capacity_table,
-    replace_section,
-)
+from bench.capacity_report import SEARCH, ConfigResult, StepSummary, capacity_table
 from bench.capacity_search import CapacitySearch
 from bench.capacity_users import PageOutcome, StepPlan, StepResult
+from tests.bench.helpers import run_quick
 
-REPO = Path(__file__).resolve().parents[2]
-CAPACITY = REPO / "bench" / "capacity"
 CONFIG_LABELS = (
     "direct, 2/user",
     "direct, 6/user",
@@ -31,7 +20,6 @@ CONFIG_LABELS = (
     "reshape pool, http2: true",
     "reshape {}",
 )
-SECTION = f"{HEADING}\n\nnew figures\n"
 
 
 @pytest.mark.parametrize(
@@ -120,22 +108,6 @@ def test_metrics_parse_subtract_and_sum_by_label() -> None:
     assert diff.bucket("reshape_transaction_seconds", 0.5) == 3.0
 
 
-@pytest.mark.parametrize(
-    ("document", "expected"),
-    [
-        ("", RESULTS_HEADER + "\n" + SECTION),
-        ("# Results\n\n## Other\n\nkept\n", "# Results\n\n## Other\n\nkept\n\n" + SECTION),
-        (
-            f"# Results\n\n## A\n\na\n\n{HEADING}\n\nold\n\n## B\n\nb\n",
-            f"# Results\n\n## A\n\na\n\n{SECTION}\n## B\n\nb\n",
-        ),
-    ],
-    ids=["new-file", "appended", "between-others"],
-)
-def test_replace_section_touches_only_its_own(document: str, expected: str) -> None:
-    assert replace_section(document, HEADING, SECTION) == expected
-
-
 def _step(users: int, passed: bool, p90: float) -> StepSummary:
     return StepSummary(
         "direct-2", users, SEARCH, passed, 10, 1.0 if passed else 0.5, 0.1, p90, 100.0, 4, 0, 0,
@@ -162,34 +134,15 @@ def test_capacity_table_gives_the_ratio_to_the_baseline() -> None:
 def test_quick_run_has_every_configuration_without_errors(tmp_path: Path) -> None:
     if not APACHE.exists():
         pytest.skip("apache2 is not installed (bench/capacity installs it when run as root)")
-    results = tmp_path / "RESULTS.md"
-    figures = tmp_path / "figures.json"
-    bench = subprocess.Popen(
-        [
-            *(sys.executable, str(CAPACITY), "--quick", "--no-record"),
-            *("--results", str(results), "--json", str(figures)),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    try:
-        stdout, stderr = bench.communicate(timeout=90)
-    except subprocess.TimeoutExpired:
-        # SIGTERM, not SIGKILL: the bench then stops the servers it started.
-        bench.terminate()
-        stdout, stderr = bench.communicate(timeout=30)
-        pytest.fail(f"bench/capacity --quick took over 90 s:\n{stderr}")
-    assert bench.returncode == 0, stderr
-    table = stdout.split("\n\n")[0]
+    quick = run_quick("capacity", tmp_path, "--no-record", timeout=90)
+    table = quick.stdout.split("\n\n")[0]
     labels = [line.split("|")[1].strip() for line in table.splitlines()[2:]]
-    assert labels == list(CONFIG_LABELS), stdout
+    assert labels == list(CONFIG_LABELS), quick.stdout
     for row in table.splitlines()[2:]:
         assert row.rstrip(" |").endswith("| 0"), row  # the errors column
-    for measured in json.loads(figures.read_text()):
+    for measured in json.loads(quick.figures.read_text()):
         assert measured["steps"], measured
         for step in measured["steps"]:
             assert step["pages"] > 0, step
             assert step["errors"] == step["timeouts"] == 0, step
-    assert not results.exists()
+    assert not quick.results.exists()

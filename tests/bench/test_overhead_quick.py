@@ -1,24 +1,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bench.overhead_loadgen import LoadgenError, LoadResult, go_binary
-from bench.overhead_report import (
-    HEADING,
-    RESULTS_HEADER,
-    Measurement,
-    replace_section,
-    table_rows,
-)
-
-REPO = Path(__file__).resolve().parents[2]
-OVERHEAD = REPO / "bench" / "overhead"
-SECTION = f"{HEADING}\n\nnew figures\n"
+from bench.overhead_report import Measurement, table_rows
+from tests.bench.helpers import run_quick
 
 
 def _result(rps: float, p50: float, p99: float, errors: int = 0) -> LoadResult:
@@ -36,23 +25,6 @@ def _result(rps: float, p50: float, p99: float, errors: int = 0) -> LoadResult:
         duration_s=1.0,
         error_samples=(),
     )
-
-
-@pytest.mark.parametrize(
-    ("document", "expected"),
-    [
-        ("", RESULTS_HEADER + "\n" + SECTION),
-        ("# Results\n\n## Other\n\nkept\n", "# Results\n\n## Other\n\nkept\n\n" + SECTION),
-        (
-            f"# Results\n\n## A\n\na\n\n{HEADING}\n\nold\n\n## B\n\nb\n",
-            f"# Results\n\n## A\n\na\n\n{SECTION}\n## B\n\nb\n",
-        ),
-        (f"# Results\n\n{HEADING}\n\nold\nold\n", f"# Results\n\n{SECTION}"),
-    ],
-    ids=["new-file", "appended", "between-others", "last"],
-)
-def test_replace_section_touches_only_its_own(document: str, expected: str) -> None:
-    assert replace_section(document, SECTION) == expected
 
 
 def test_table_adds_latency_over_direct_and_ratios_within_the_scheme() -> None:
@@ -83,37 +55,23 @@ def test_quick_run_measures_every_row_without_errors(tmp_path: Path) -> None:
         go_binary()
     except LoadgenError as error:
         pytest.skip(str(error))
-    results = tmp_path / "RESULTS.md"
-    figures = tmp_path / "figures.json"
-    bench = subprocess.Popen(
-        [
-            *(sys.executable, str(OVERHEAD), "--quick", "--configs", "direct,mitmdump,reshape"),
-            *("--duration", "1.5", "--no-record", "--results", str(results)),
-            *("--json", str(figures)),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
+    quick = run_quick(
+        "overhead",
+        tmp_path,
+        *("--configs", "direct,mitmdump,reshape", "--duration", "1.5"),
+        "--no-record",
+        timeout=120,
     )
-    try:
-        stdout, stderr = bench.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        # SIGTERM, not SIGKILL: the bench then stops the proxies and origins it started.
-        bench.terminate()
-        stdout, stderr = bench.communicate(timeout=30)
-        pytest.fail(f"bench/overhead --quick took over 120 s:\n{stderr}")
-    assert bench.returncode == 0, stderr
     rows = {
         tuple(cell.strip() for cell in line.strip("|").split("|")[:2])
-        for line in stdout.splitlines()
+        for line in quick.stdout.splitlines()
         if line.startswith("| ")
     }
     for config in ("direct", "mitmdump", "reshape"):
         for scheme in ("http", "https"):
-            assert (config, scheme) in rows, stdout
-    for measured in json.loads(figures.read_text()):
+            assert (config, scheme) in rows, quick.stdout
+    for measured in json.loads(quick.figures.read_text()):
         for run in measured["runs"]:
             assert run["requests"] > 0, measured
             assert run["errors"] == run["warmup_errors"] == 0, measured
-    assert not results.exists()
+    assert not quick.results.exists()

@@ -1,16 +1,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bench.queueing_report import Run, marks, rows, table
+from tests.bench.helpers import run_quick
 
-REPO = Path(__file__).resolve().parents[2]
-QUEUEING = REPO / "bench" / "queueing"
 CONFIG_LABELS = (
     "direct (no proxy)",
     "reshape {}",
@@ -92,35 +89,16 @@ def test_rows_pool_rounds_and_take_the_mix_from_where_each_config_has_it() -> No
 
 @pytest.mark.slow
 def test_quick_run_has_every_configuration_at_every_rtt_without_errors(tmp_path: Path) -> None:
-    results = tmp_path / "RESULTS.md"
-    figures = tmp_path / "figures.json"
-    bench = subprocess.Popen(
-        [
-            *(sys.executable, str(QUEUEING), "--quick", "--no-record"),
-            *("--results", str(results), "--json", str(figures)),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    try:
-        stdout, stderr = bench.communicate(timeout=90)
-    except subprocess.TimeoutExpired:
-        # SIGTERM, not SIGKILL: the bench then stops the servers it started.
-        bench.terminate()
-        stdout, stderr = bench.communicate(timeout=30)
-        pytest.fail(f"bench/queueing --quick took over 90 s:\n{stderr}")
-    assert bench.returncode == 0, stderr
-    tables = [block for block in stdout.split("\n\n") if block.startswith("| config")]
-    assert len(tables) == 2, stdout  # ~0 and 200 ms RTT
+    quick = run_quick("queueing", tmp_path, "--no-record", timeout=90)
+    tables = [block for block in quick.stdout.split("\n\n") if block.startswith("| config")]
+    assert len(tables) == 2, quick.stdout  # ~0 and 200 ms RTT
     for text in tables:
         labels = [line.split("|")[1].strip() for line in text.splitlines()[2:]]
-        assert labels == list(CONFIG_LABELS), stdout
+        assert labels == list(CONFIG_LABELS), quick.stdout
         for line in text.splitlines()[2:]:
             assert line.rstrip(" |").endswith("| 0"), line  # the errors column
-    runs = json.loads(figures.read_text())
+    runs = json.loads(quick.figures.read_text())
     assert len(runs) == 2 * len(CONFIG_LABELS)
     for run in runs:
         assert run["requests"] > 0 and not run["errors"], run
-    assert not results.exists()
+    assert not quick.results.exists()

@@ -3,8 +3,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -12,27 +10,8 @@ import pytest
 
 from bench.ttfb_browser import PageTiming
 from bench.ttfb_link import MSS, SegmentLink, SegmentRelay
-from bench.ttfb_report import HEADING, Row, replace_section, table
-
-REPO = Path(__file__).resolve().parents[2]
-TTFB = REPO / "bench" / "ttfb"
-SECTION = f"{HEADING}\n\nnew figures\n"
-
-
-@pytest.mark.parametrize(
-    ("document", "expected"),
-    [
-        ("# Results\n\n## Other\n\nkept\n", "# Results\n\n## Other\n\nkept\n\n" + SECTION),
-        (
-            f"# Results\n\n## A\n\na\n\n{HEADING}\n\nold\n\n## B\n\nb\n",
-            f"# Results\n\n## A\n\na\n\n{SECTION}\n## B\n\nb\n",
-        ),
-        (f"# Results\n\n{HEADING}\n\nold\nold\n", f"# Results\n\n{SECTION}"),
-    ],
-    ids=["appended", "between-others", "last"],
-)
-def test_replace_section_touches_only_its_own(document: str, expected: str) -> None:
-    assert replace_section(document, SECTION) == expected
+from bench.ttfb_report import HEADING, Row, table
+from tests.bench.helpers import run_quick
 
 
 def _timing(first_bytes: float, fcp: float) -> PageTiming:
@@ -115,36 +94,20 @@ def test_connections_through_one_segment_link_share_its_rate_in_turns() -> None:
 @pytest.mark.slow
 @pytest.mark.browser
 def test_quick_run_loads_the_page_through_every_configuration(tmp_path: Path) -> None:
-    results = tmp_path / "RESULTS.md"
-    figures = tmp_path / "figures.json"
-    bench = subprocess.Popen(
-        [sys.executable, str(TTFB), "--quick", "--results", str(results), "--json", str(figures)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    try:
-        stdout, stderr = bench.communicate(timeout=90)
-    except subprocess.TimeoutExpired:
-        # SIGTERM, not SIGKILL: the bench then stops the proxies and origins it started.
-        bench.terminate()
-        stdout, stderr = bench.communicate(timeout=30)
-        pytest.fail(f"bench/ttfb --quick took over 90 s:\n{stderr}")
-    assert bench.returncode == 0, stderr
+    quick = run_quick("ttfb", tmp_path, timeout=90)
     rows = {
         tuple(cell.strip() for cell in line.strip("|").split("|")[:3])
-        for line in stdout.splitlines()
+        for line in quick.stdout.splitlines()
         if line.startswith("| ") and not line.startswith("| link")
     }
     for link in ("relay", "segments"):
         for config in ("reshape-dynamic", "reshape-16k", "mitmdump"):
-            assert (link, config, "1/1") in rows, stdout
-    loads = json.loads(figures.read_text())
+            assert (link, config, "1/1") in rows, quick.stdout
+    loads = json.loads(quick.figures.read_text())
     assert len(loads) == 6
     for load in loads:
         assert 0 < load["first_bytes_ms"] <= load["load_ms"], load
         assert 0 < load["fcp_ms"] <= load["load_ms"], load
-    recorded = results.read_text()
+    recorded = quick.results.read_text()
     assert recorded.startswith(HEADING)
     assert "| segments | reshape-dynamic | 1/1 |" in recorded
