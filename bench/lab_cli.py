@@ -33,6 +33,11 @@ from pathlib import Path
 from bench.lab_experiments import NAMES, Experiment, experiment
 from bench.lab_network import network
 from bench.lab_plot import write_pngs
+from bench.lab_preconnect_report import (
+    preconnect_charts,
+    preconnect_overview,
+    preconnect_tables,
+)
 from bench.lab_report import (
     Run,
     booster_charts,
@@ -175,15 +180,20 @@ def _run(args: argparse.Namespace, command: str) -> int:
 def _publish(run: Run, args: argparse.Namespace) -> int:
     """Tables to stdout, plots, and the RESULTS.md section; 1 if any load failed."""
     chosen = run.experiment
-    tables = booster_tables(run) if chosen.is_booster else plt_tables(run)
-    overview = booster_overview(run) if chosen.is_booster else plt_overview(run)
+    if chosen.is_booster:
+        tables, overview, charts_of = booster_tables(run), booster_overview(run), booster_charts
+    elif chosen.name == "preconnect":
+        tables, overview = preconnect_tables(run), preconnect_overview(run)
+        charts_of = preconnect_charts
+    else:
+        tables, overview, charts_of = plt_tables(run), plt_overview(run), plt_charts
     for page, table in tables.items():
         print(f"\n## {chosen.name}: {page}\n\n{table}")
     print(f"\n## {chosen.name}\n\n{overview}")
     plots_dir = args.plots or (None if args.no_record else PLOTS)
     plots: dict[str, str] = {}
     if plots_dir is not None:
-        charts = (booster_charts if chosen.is_booster else plt_charts)(run, plots_dir)
+        charts = charts_of(run, plots_dir)
         write_pngs(charts)
         for path in charts:
             page = path.stem.split("-", 2)[2]

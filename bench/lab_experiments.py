@@ -8,6 +8,9 @@ HTTP/1.1-only and on h2 origins.
 behind a slow link, through reshape with a per-host cap of N = 1 … R connections (R: the
 page's resources on its one resource host), against the rule N = R/2, the browser's own 6
 (direct, and through mitmdump, which mirrors the browser's connections) and reshape's default.
+
+`preconnect`: load time of the news page through reshape's pool with preconnect off, static and
+learned (bench/lab_preconnect.py), at RTT 0, 50, 100 and 200 ms between proxy and origins.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.lab_network import Config, Links, policy_file, rtt_link
+from bench.lab_preconnect import preconnect_configs
 from bench.lab_runner import Cell
 from bench.lab_sites import PAGES, PARALLEL_PAGES, VARIANTS, Page
 from bench.labkit.relay import Link
@@ -56,6 +60,8 @@ class Experiment:
 
     def configs(self, workdir: Path, pages: dict[str, dict[str, Page]]) -> list[Config]:
         """Every configuration some cell needs (policy files for caps go to `workdir`)."""
+        if self.name == "preconnect":
+            return preconnect_configs(workdir)
         if not self.is_booster:
             return [DIRECT, MITMDUMP, RESHAPE, POOLED]
         caps = sorted(
@@ -130,7 +136,21 @@ def experiment(name: str, *, quick: bool = False) -> Experiment:
             1 if quick else DEFAULT_REPS,
             quick,
         )
+    if name == "preconnect":
+        rtts = (50,) if quick else PLT_RTTS_MS
+        return Experiment(
+            "preconnect",
+            "load time of the news page through reshape's pool with preconnect off, static "
+            "(2 connections per origin on first sight) and learned, RTT 0/50/100/200 ms between "
+            "proxy and origins, h1 and h2 origins; origin connections and preconnects used and "
+            "wasted",
+            ("news",),
+            ("h1",) if quick else VARIANTS,
+            {f"{rtt} ms": Links(Link(), rtt_link(rtt)) for rtt in rtts},
+            1 if quick else DEFAULT_REPS,
+            quick,
+        )
     raise KeyError(name)
 
 
-NAMES = ("plt", "booster")
+NAMES = ("plt", "booster", "preconnect")

@@ -595,7 +595,7 @@ def _notes(run: Run) -> list[str]:
 def _configs_text(configs: Sequence[Config]) -> str:
     repo = Path(__file__).resolve().parent.parent
     named = [
-        c.title + (f" = `{c.policy.resolve().relative_to(repo)}`" if c.policy else "")
+        c.title + (f" = {_policy_text(c.policy, repo)}" if c.policy else "")
         for c in configs
         if not c.name.startswith("cap-")
     ]
@@ -606,6 +606,13 @@ def _configs_text(configs: Sequence[Config]) -> str:
             "`upstream: {max_connections_per_host: N}`"
         )
     return "; ".join(named)
+
+
+def _policy_text(policy: Path, repo: Path) -> str:
+    """The policy file's path in the repository, or (generated in the run's workdir, which may
+    be gone by now) just that."""
+    resolved = policy.resolve()
+    return f"`{resolved.relative_to(repo)}`" if resolved.is_relative_to(repo) else "generated"
 
 
 def _package_version(name: str) -> str:

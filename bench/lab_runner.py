@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 from bench import overhead_peers
 from bench.lab_network import Links, Network
+from bench.lab_preconnect import preconnect_counts
 from bench.lab_sites import Page
 from bench.labkit.browser import BrowserSession, PageLoad, PageLoadError
 
@@ -54,6 +55,9 @@ class Load:
     browser_bytes: int = 0  # bytes the browser received
     origin_bytes: int = 0  # bytes the origins sent
     proxy_cpu_ms: float | None = None
+    # Warm connections reshape's preconnect opened during the load, by outcome (lab_preconnect).
+    preconnects_used: int = 0
+    preconnects_unused: int = 0
     protocols: dict[str, int] = field(default_factory=dict)  # per response, as Chromium saw it
     browser_connection_ids: int = 0  # distinct connection ids in Chromium's responses
     # Resource Timing per subresource: [url, startTime, responseStart, responseEnd] in ms.
@@ -166,6 +170,7 @@ def _measure(
     load = Load(cell.variant, cell.page, cell.config, cell.link, rep)
     proxy = endpoint.proxy
     cpu_before = overhead_peers.group_cpu_seconds(proxy.pgid) if proxy else 0.0
+    warm_before = preconnect_counts(proxy)
     try:
         loaded = browser.load(
             page.url,
@@ -192,6 +197,10 @@ def _measure(
         load.browser_bytes = endpoint.relay.stats.bytes_down
     net.close_connections()
     time.sleep(_SETTLE_SECONDS)
+    # After the close: a warm connection nobody used is counted once it has closed.
+    warm_after = preconnect_counts(proxy)
+    load.preconnects_used = warm_after[0] - warm_before[0]
+    load.preconnects_unused = warm_after[1] - warm_before[1]
     if loaded is not None:
         load.load_ms, load.fcp_ms, load.done_ms = loaded.load_ms, loaded.fcp_ms, loaded.done_ms
         load.plt_ms = max(loaded.load_ms, loaded.done_ms or 0.0)

@@ -81,6 +81,23 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="append one JSON line per completed request (what `reshape report --log` reads)",
     )
+    run.add_argument(
+        "--users",
+        nargs="?",
+        const=_DEFAULT_USERS,
+        type=Path,
+        metavar="FILE",
+        help="require proxy authentication (Basic) by the users in FILE (default: CONFDIR/users; "
+        "manage them with `reshape users`)",
+    )
+    run.add_argument(
+        "--client-header-timeout",
+        type=float,
+        default=defaults.DEFAULT_HEADER_TIMEOUT,
+        metavar="S",
+        help="a client must send each request head within S seconds, else 408 "
+        "(default %(default)s)",
+    )
 
     ca = commands.add_parser("ca", help="the interception CA")
     ca_commands = ca.add_subparsers(dest="ca_command", required=True, metavar="ACTION")
@@ -109,6 +126,20 @@ def _parser() -> argparse.ArgumentParser:
         "--since", metavar="DURATION", help="only the last DURATION (30s, 15m, 2h, 1d)"
     )
 
+    users = commands.add_parser("users", help="users for proxy authentication (run --users)")
+    users_commands = users.add_subparsers(dest="users_command", required=True, metavar="ACTION")
+    add = users_commands.add_parser("add", help="add a user, or change a user's password")
+    add.add_argument("name")
+    add.add_argument(
+        "--password-stdin", action="store_true", help="read the password from one line of stdin"
+    )
+    remove = users_commands.add_parser("remove", help="remove a user")
+    remove.add_argument("name")
+    listing = users_commands.add_parser("list", help="list the users' names")
+    for sub in (add, remove, listing):
+        _confdir(sub)
+        sub.add_argument("--users", type=Path, metavar="FILE", help="default: CONFDIR/users")
+
     worker = commands.add_parser("_worker")  # started by the supervisor; not for people
     worker.add_argument("index", type=int)
     return parser
@@ -127,18 +158,29 @@ def _confdir(parser: argparse.ArgumentParser) -> None:
 def run_config(args: argparse.Namespace) -> RunConfig:
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")
+    if not args.client_header_timeout > 0:
+        raise UsageError(
+            f"--client-header-timeout must be positive, got {args.client_header_timeout}"
+        )
     if args.drain_seconds < 0:
         raise UsageError(f"--drain-seconds must not be negative, got {args.drain_seconds}")
     listen = parse_listen_address(args.listen, option="--listen")
     admin = parse_listen_address(args.admin, option="--admin")
     allow_clients = parse_networks(args.allow_clients, option="--allow-clients")
-    for option, address in (("--listen", listen), ("--admin", admin)):
-        if not address.is_loopback and not allow_clients:
-            raise UsageError(
-                f"{option} {address} is reachable from other machines: reshape would be open to "
-                "anyone there; say who may use it with --allow-clients CIDR[,CIDR...] "
-                "(e.g. --allow-clients 10.0.0.0/8)"
-            )
+    users = _users_path(args) if args.users else None
+    if not listen.is_loopback and not allow_clients and users is None:
+        raise UsageError(
+            f"--listen {listen} is reachable from other machines: reshape would be open to "
+            "anyone there; require proxy authentication with --users FILE (see `reshape users "
+            "add`), or say who may use it with --allow-clients CIDR[,CIDR...] "
+            "(e.g. --allow-clients 10.0.0.0/8)"
+        )
+    if not admin.is_loopback and not allow_clients:
+        raise UsageError(
+            f"--admin {admin} is reachable from other machines and the admin endpoint has no "
+            "authentication (--users does not cover it): keep it on loopback, or say who may "
+            "reach it with --allow-clients CIDR[,CIDR...]"
+        )
     return RunConfig(
         listen=listen,
         admin=admin,
@@ -149,6 +191,8 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         drain_seconds=args.drain_seconds,
         allow_clients=allow_clients,
         request_log=args.request_log,
+        users=users,
+        client_header_timeout=args.client_header_timeout,
     )
 
 
@@ -208,6 +252,53 @@ def _policy(args: argparse.Namespace) -> None:
     )
 
 
+_DEFAULT_USERS = Path("\0default")  # `--users` without FILE: CONFDIR/users
+
+
+def _users_path(args: argparse.Namespace) -> Path:
+    from proxy.users import default_users_path
+
+    if args.users is None or args.users == _DEFAULT_USERS:
+        return default_users_path(args.confdir.expanduser())
+    return Path(args.users).expanduser()
+
+
+def _read_password(from_stdin: bool) -> str:
+    import getpass
+
+    if from_stdin:
+        return sys.stdin.readline().removesuffix("\n").removesuffix("\r")
+    if not sys.stdin.isatty():
+        raise UsageError("stdin is not a terminal: give the password with --password-stdin")
+    password = getpass.getpass("Password: ")
+    if getpass.getpass("Password again: ") != password:
+        raise UsageError("the passwords differ; nothing changed")
+    return password
+
+
+def _users(args: argparse.Namespace) -> None:
+    from proxy import users as users_file
+
+    path = _users_path(args)
+    if args.users_command == "list":
+        print("\n".join(sorted(users_file.load_or_empty(path).hashes)))
+        return
+    users_file.check_name(args.name)
+    if args.users_command == "add":
+        password_hash = users_file.hash_password(_read_password(args.password_stdin))
+    with users_file.locked(path):
+        current = users_file.load_or_empty(path)
+        if args.users_command == "add":
+            users_file.save_users(path, current.with_user(args.name, password_hash))
+            changed = args.name in current.hashes
+            print(f"{'changed the password of' if changed else 'added'} {args.name} in {path}")
+        else:
+            if args.name not in current.hashes:
+                raise UsageError(f"no user {args.name!r} in {path}")
+            users_file.save_users(path, current.without_user(args.name))
+            print(f"removed {args.name} from {path}")
+
+
 def _report(args: argparse.Namespace) -> None:
     from proxy.report import build_report, text_report, write_plots
 
@@ -222,7 +313,14 @@ def _report(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handlers = {"run": _run, "_worker": _worker, "ca": _ca, "policy": _policy, "report": _report}
+    handlers = {
+        "run": _run,
+        "_worker": _worker,
+        "ca": _ca,
+        "policy": _policy,
+        "report": _report,
+        "users": _users,
+    }
     try:
         handlers[args.command](args)
     except ReshapeError as e:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from proxy.addresses import ListenAddress, Network
+from proxy.client_errors import DEFAULT_HEADER_TIMEOUT
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 DEFAULT_ADMIN = "127.0.0.1:9464"
@@ -27,3 +28,7 @@ class RunConfig:
     allow_clients: tuple[Network, ...] = field(default_factory=tuple)
     # Append one JSON line per completed request here (proxy/request_log.py); None: no log.
     request_log: Path | None = None
+    # Proxy authentication against this users file (proxy/users.py); None: no authentication.
+    users: Path | None = None
+    # A client must finish each request head within this many seconds (408 and close).
+    client_header_timeout: float = DEFAULT_HEADER_TIMEOUT

@@ -16,6 +16,7 @@ from typing import Any
 import prometheus_client
 from prometheus_client import Counter, Gauge, Histogram
 
+from proxy.client_errors import CLIENT_ERROR_KINDS
 from proxy.client_family import CLIENT_FAMILIES
 
 prometheus_client.disable_created_metrics()
@@ -23,7 +24,7 @@ prometheus_client.disable_created_metrics()
 CLIENT_PROTOS = ("h1", "h2")
 OUTCOMES = ("ok", "upstream_error", "client_aborted", "rejected")
 UPSTREAM_PROTOS = ("h1", "h2")
-CONNECTION_KINDS = ("new", "reused", "pipelined", "multiplexed")
+CONNECTION_KINDS = ("new", "reused", "pipelined", "multiplexed", "preconnected")
 REJECT_REASONS = ("queue_full", "queue_timeout")
 TLS_RECORD_SIDES = ("client", "origin")
 TLS_RECORD_SIZES = ("small", "large")
@@ -203,6 +204,43 @@ direct_requests_total = Counter(
     ["policy", "arm", "connection"],
 )
 
+# Bad input from clients (proxy/client_errors.py, addons/client_errors.py): each refused or
+# closed, by kind (CLIENT_ERROR_KINDS). Per connection or per head, not per policy: most happen
+# before a request, and so a policy, exists.
+client_errors_total = Counter(
+    "reshape_client_errors",
+    "Client requests or connections refused or closed for bad input, by kind: malformed, "
+    "header_too_large, header_timeout, smuggling, bad_chunked, incomplete_body, h2_flood, "
+    "h2_protocol.",
+    ["kind"],
+)
+
+# Access (addons/proxy_auth.py, addons/destinations.py). Authentication failures carry no user
+# name and no policy: they are decided before a request has either.
+PROXY_AUTH_FAILURES = ("missing", "malformed", "rejected")
+DESTINATION_REFUSALS = ("own_address", "link_local", "private", "loopback")
+proxy_auth_failures_total = Counter(
+    "reshape_proxy_auth_failures",
+    "Requests and CONNECTs answered 407: credentials missing, malformed, or rejected (unknown "
+    "user or wrong password).",
+    ["reason"],
+)
+destinations_refused_total = Counter(
+    "reshape_destinations_refused",
+    "Requests refused because of where they were going: the proxy's own address, or a "
+    "link-local, private or loopback address the policy denies.",
+    ["policy", "arm", "reason"],
+)
+
+# Preconnect (addons/preconnect.py): warm connections opened before requests need them.
+PRECONNECT_OUTCOMES = ("used", "unused")
+preconnects_total = Counter(
+    "reshape_preconnects",
+    "Warm origin connections opened by preconnect, counted once known: used (a request took "
+    "it) or unused (it closed, failed or timed out first).",
+    ["policy", "arm", "outcome"],
+)
+
 build_info = Gauge(
     "reshape_build_info",
     "Always 1; labels say which version runs.",
@@ -265,6 +303,16 @@ def precreate(label_pairs: Iterable[tuple[str, str]]) -> None:
     for policy, arm in label_pairs:
         for kind in DIRECT_CONNECTION_KINDS:
             direct_requests_total.labels(policy, arm, kind)
+    for kind in CLIENT_ERROR_KINDS:
+        client_errors_total.labels(kind)
+    for failure in PROXY_AUTH_FAILURES:
+        proxy_auth_failures_total.labels(failure)
+    for policy, arm in label_pairs:
+        for refused in DESTINATION_REFUSALS:
+            destinations_refused_total.labels(policy, arm, refused)
+    for policy, arm in label_pairs:
+        for outcome in PRECONNECT_OUTCOMES:
+            preconnects_total.labels(policy, arm, outcome)
     for side in TLS_RECORD_SIDES:
         tls_record_bytes.labels(side)
         for size in TLS_RECORD_SIZES:

@@ -14,6 +14,7 @@ from typing import Any
 from mitmproxy import connection, http
 from mitmproxy.proxy import mode_servers
 
+from proxy.client_errors import FloodLimits, FloodMeter, bad_header_value, head_too_large
 from proxy.record_sizing import slices
 
 _reuse_port_installed = False
@@ -374,3 +375,250 @@ def carry_http1_trailers() -> None:
         _http1.Http1Client.send, RequestTrailers, RequestEndOfMessage
     )
     _http1_trailers_installed = True
+
+
+ClientErrorListener = Callable[[str], None]
+
+
+@dataclass
+class _ClientGuard:
+    """What `guard_client_input` enforces; replaced by a later call."""
+
+    report: ClientErrorListener
+    max_head_bytes: int
+    header_timeout: float
+    flood_limits: FloodLimits
+
+
+_client_guard: _ClientGuard | None = None
+# Per HTTP/1 client connection: the header timer armed now (stale wakeups are ignored).
+_head_timers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_flood_meters: weakref.WeakKeyDictionary[Any, FloodMeter] = weakref.WeakKeyDictionary()
+
+
+def guard_client_input(
+    report: ClientErrorListener,
+    *,
+    max_head_bytes: int,
+    header_timeout: float,
+    flood_limits: FloodLimits | None = None,
+) -> None:
+    """Refuse request heads that are too large, too slow or carry control characters, close
+    HTTP/2 connections that flood control frames, and call `report(kind)` for each (the kinds of
+    proxy/client_errors.py) — for the client errors no mitmproxy 12.2.3 hook sees.
+
+    Why a patch: in mitmproxy 12.2.3 `Http1Server.read_headers` (proxy/layers/http/_http1.py)
+    buffers a head without any limit ("FIXME: protect against header size DoS") and has no
+    timeout (only the 10-minute idle `tcp_timeout`, which a client sending a byte now and then
+    never reaches); header values with NUL, CR or DEL pass through to the origin; and the HTTP/2
+    layer answers every PING and SETTINGS and starts a flow for every stream a client opens and
+    resets at once (CVE-2023-44487), with no budget. A malformed head that mitmproxy rejects
+    before a flow exists produces only a log line, so it is counted here too. This patch:
+
+    - HTTP/1 (`Http1Server._handle_event`): before mitmproxy parses, a head (complete or not) over
+      `max_head_bytes` gets 431 and a close; a head not complete `header_timeout` seconds after
+      the connection started or after its first byte arrived gets 408 and a close (a
+      `RequestWakeup` timer, mitmproxy's own mechanism for layer timers); a parsed head with a
+      control character in a value gets 400 and a close, before any addon or origin sees it;
+      mitmproxy's own 400 for a head it cannot parse is counted as `malformed`.
+    - HTTP/2 (`Http2Server.handle_h2_event`, `protocol_error`): RST_STREAM, SETTINGS and PING
+      frames from the client draw on a `FloodMeter`; over budget, the connection gets GOAWAY
+      ENHANCE_YOUR_CALM and is closed; every protocol error mitmproxy closes a client connection
+      for is counted.
+    """
+    global _client_guard
+    if _client_guard is None:
+        _install_http1_head_guard()
+        _install_http2_flood_guard()
+    _client_guard = _ClientGuard(
+        report, max_head_bytes, header_timeout, flood_limits or FloodLimits()
+    )
+
+
+def _install_http1_head_guard() -> None:
+    import re
+
+    from mitmproxy.proxy import commands, events
+    from mitmproxy.proxy.layers.http import _http1
+    from mitmproxy.proxy.layers.http._base import ReceiveHttp
+    from mitmproxy.proxy.layers.http._events import RequestHeaders
+
+    # h11's ReceiveBuffer ends a head at the first blank line, CRLF or bare LF.
+    blank_line = re.compile(rb"\n\r?\n")
+    original_handle_event = _http1.Http1Server._handle_event
+
+    def reading_head(self: _http1.Http1Server) -> bool:
+        # By name: `state` is a bound method, and read_headers may be a wrapper of another patch
+        # (report_split_requests keeps the name).
+        return getattr(self.state, "__name__", "") == "read_headers"
+
+    def refuse(
+        self: _http1.Http1Server, status: int, kind: str, message: str
+    ) -> Generator[Any, Any, None]:
+        _head_timers.pop(self, None)
+        self.state = self.done
+        yield commands.SendData(self.conn, _http1.make_error_response(status, message))
+        yield commands.CloseConnection(self.conn)
+        if _client_guard is not None:
+            _client_guard.report(kind)
+
+    def _handle_event(self: _http1.Http1Server, event: Any) -> Generator[Any, Any, None]:
+        guard = _client_guard
+        if guard is None:
+            return (yield from original_handle_event(self, event))
+        if isinstance(event, events.Wakeup):
+            if event.command is _head_timers.get(self) and reading_head(self):
+                yield from refuse(
+                    self,
+                    408,
+                    "header_timeout",
+                    f"Request head not complete within {guard.header_timeout:g} seconds.",
+                )
+            return  # a timer for a head that has since completed
+        if isinstance(event, events.DataReceived) and reading_head(self):
+            buffered = len(self.buf) + len(event.data)
+            if buffered > guard.max_head_bytes:
+                data = bytes(self.buf) + event.data
+                match = blank_line.search(data)
+                if head_too_large(buffered, match.end() if match else None, guard.max_head_bytes):
+                    yield from refuse(
+                        self,
+                        431,
+                        "header_too_large",
+                        f"Request head larger than {guard.max_head_bytes} bytes.",
+                    )
+                    return
+        parsing = reading_head(self) and isinstance(event, events.DataReceived)
+        commands_ = original_handle_event(self, event)
+        reply = None
+        rejected = False
+        while True:
+            try:
+                command = commands_.send(reply)
+            except StopIteration:
+                break
+            if (
+                isinstance(command, ReceiveHttp)
+                and isinstance(command.event, RequestHeaders)
+                and (name := bad_header_value(command.event.request.headers.fields))
+            ):
+                commands_.close()
+                yield from refuse(
+                    self, 400, "malformed", f"Control character in header field {name!r}."
+                )
+                return
+            if isinstance(command, commands.CloseConnection) and parsing:
+                rejected = True  # mitmproxy's 400 for a head it could not parse
+            reply = yield command
+        if rejected and self.request is None:
+            # With a parsed request the error hook sees it (addons/client_errors.py).
+            guard.report("malformed")
+        if isinstance(event, events.Start) or (
+            reading_head(self) and self.buf and self not in _head_timers
+        ):
+            timer = commands.RequestWakeup(guard.header_timeout)
+            _head_timers[self] = timer
+            yield timer
+        elif not reading_head(self):
+            _head_timers.pop(self, None)
+
+    _http1.Http1Server._handle_event = _handle_event  # type: ignore[method-assign,assignment]
+
+
+def _install_http2_flood_guard() -> None:
+    import time
+
+    import h2.errors
+    import h2.events
+    from mitmproxy.proxy.layers.http import _http2
+
+    frame_kinds = {
+        h2.events.StreamReset: "reset",
+        h2.events.RemoteSettingsChanged: "settings",
+        h2.events.PingReceived: "ping",
+    }
+    original_handle_h2_event = _http2.Http2Server.handle_h2_event
+    original_protocol_error = _http2.Http2Server.protocol_error
+
+    def handle_h2_event(self: _http2.Http2Server, event: Any) -> Generator[Any, Any, bool]:
+        guard = _client_guard
+        kind = frame_kinds.get(type(event))
+        if guard is not None and kind is not None:
+            meter = _flood_meters.get(self)
+            if meter is None:
+                meter = _flood_meters[self] = FloodMeter(guard.flood_limits)
+            if not meter.allow(kind, time.monotonic()):
+                yield from self.protocol_error(
+                    f"HTTP/2 {kind} flood", h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+                )
+                return True
+        return (yield from original_handle_h2_event(self, event))
+
+    def protocol_error(
+        self: _http2.Http2Server,
+        message: str,
+        error_code: int = h2.errors.ErrorCodes.PROTOCOL_ERROR,
+    ) -> Generator[Any, Any, None]:
+        if _client_guard is not None:
+            calm = error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+            _client_guard.report("h2_flood" if calm else "h2_protocol")
+        return (yield from original_protocol_error(self, message, error_code))
+
+    _http2.Http2Server.handle_h2_event = handle_h2_event  # type: ignore[method-assign]
+    _http2.Http2Server.protocol_error = protocol_error  # type: ignore[method-assign,assignment]
+
+
+def close_server_connection(client: connection.Client, server: connection.Server) -> None:
+    """Close `server`'s socket now, from a `server_connected` hook, before anything is written.
+
+    Why: a hook can refuse a connection before it is opened (`server.error` in `server_connect`)
+    but not after — and only after connecting is the peer address known (a name may resolve to a
+    refused address: addons/destinations.py). mitmproxy 12.2.3 keeps the socket in the client's
+    `ConnectionHandler.transports`, reachable through the proxyserver addon's `connections`
+    (keyed by client id). Closing the writer makes mitmproxy skip every later write to it
+    (`SendData` checks `is_closing()`) and read EOF: the request fails as if the server hung up,
+    and the `error` the hook set keeps the connection from being reused.
+    """
+    from mitmproxy import ctx
+
+    master = getattr(ctx, "master", None)  # None outside a running master (unit tests)
+    proxyserver: Any = master.addons.get("proxyserver") if master else None
+    handler = proxyserver.connections.get(client.id) if proxyserver else None
+    io = handler.transports.get(server) if handler else None
+    if io is not None and io.writer is not None:
+        io.writer.close()
+
+
+_listen_backlog: int | None = None
+
+
+def listen_with_backlog(backlog: int) -> None:
+    """Give the proxy's listening sockets an accept queue of `backlog` connections.
+
+    Why: mitmproxy 12.2.3 binds with `asyncio.start_server`, whose backlog is 100, with no option.
+    When hundreds of clients connect at once (bench/soak: 1,000 connections opening together) and
+    the proxy is busy, the kernel's accept queue overflows; a connection the kernel could not
+    queue is reset later, after the client already sent its CONNECT ("connection reset by peer").
+    Calling listen() again on a listening socket changes its backlog (the kernel caps it at
+    net.core.somaxconn), so the sockets mitmproxy created are updated after the fact. Applies to
+    every listener of the regular mode, SO_REUSEPORT ones included.
+    """
+    global _listen_backlog
+    import os
+    import socket
+
+    if _listen_backlog is None:
+        original = mode_servers.RegularInstance.listen
+
+        async def listen(self: mode_servers.RegularInstance, host: str, port: int) -> list[Any]:
+            servers = await original(self, host, port)
+            for server in servers:
+                for listening in getattr(server, "sockets", ()):
+                    if listening.type != socket.SOCK_STREAM:
+                        continue
+                    with socket.socket(fileno=os.dup(listening.fileno())) as same:
+                        same.listen(_listen_backlog or socket.SOMAXCONN)
+            return servers
+
+        mode_servers.RegularInstance.listen = listen  # type: ignore[method-assign,assignment]
+    _listen_backlog = backlog

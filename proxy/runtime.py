@@ -23,6 +23,10 @@ from mitmproxy.utils import asyncio_utils
 
 import proxy
 from addons.client_access import ClientAccess
+from addons.client_errors import ClientErrors
+from addons.destinations import Destinations, own_addresses
+from addons.preconnect import Preconnect
+from addons.proxy_auth import EVERY_CLIENT, ProxyAuthentication
 from addons.split_requests import SplitRequests
 from addons.tls_records import TlsRecords
 from addons.trailers import Trailers
@@ -30,6 +34,7 @@ from addons.upstream_pool import UpstreamPool
 from certs.authority import CertificateAuthority, init_ca
 from proxy import metrics, mitm_patches
 from proxy.addresses import ListenAddress, Network
+from proxy.client_errors import DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_HEAD_BYTES
 from proxy.config import RunConfig
 from proxy.errors import ReshapeError
 from proxy.mitm_addons import proxy_addons
@@ -44,9 +49,12 @@ from proxy.upstream.engine import Engine, Route
 from proxy.upstream.gateway import Gateway, RouteHeader
 from proxy.upstream.pool import PoolKey, PoolLimits
 from proxy.upstream_trust import write_trust_bundle
+from proxy.users import Users, users_for_run
 
 log = logging.getLogger("reshape")
 
+# Connections the kernel may queue for the proxy's listener (capped by net.core.somaxconn).
+LISTEN_BACKLOG = 4096
 # Each client connection may have this many requests in flight to the internal gateway at once.
 GATEWAY_CONNECTIONS_PER_CLIENT = 256
 
@@ -62,13 +70,19 @@ class Prepared:
     ca: CertificateAuthority
     ca_created: bool
     trust_bundle: Path
+    # Proxy authentication (`--users`): the file and its users, checked; None: off.
+    users_path: Path | None = None
+    users: Users | None = None
+    # The admin endpoint, which the proxy refuses as a destination (proxy/destinations.py).
+    admin: ListenAddress | None = None
 
 
 def prepare(config: RunConfig) -> Prepared:
     policy_file = load_policy_file(config.policy_path)
     ca, created = init_ca(config.confdir)
     trust_bundle = write_trust_bundle(config.confdir, config.upstream_ca)
-    return Prepared(policy_file, ca, created, trust_bundle)
+    users = users_for_run(config.users) if config.users else None
+    return Prepared(policy_file, ca, created, trust_bundle, config.users, users, config.admin)
 
 
 def setup_logging(level: int = logging.INFO) -> None:
@@ -101,6 +115,7 @@ class ProxyProcess:
         allow_clients: Sequence[Network] = (),
         policy: PolicyHolder | None = None,
         request_log: Path | None = None,
+        client_header_timeout: float = DEFAULT_HEADER_TIMEOUT,
     ) -> None:
         if reuse_port:
             mitm_patches.listen_with_reuse_port()
@@ -113,19 +128,36 @@ class ProxyProcess:
         self.gateway = Gateway(self.engine, self.route_for)
         self.master = Master(options.Options(), with_termlog=False)
         self.master.addons.add(*proxy_addons())
+        # First, so an unauthenticated client learns nothing from the addons after it.
+        self.master.addons.add(ProxyAuthentication(prepared.users_path, prepared.users))
         self.master.addons.add(
-            ClientAccess(allow_clients),
+            ClientAccess(allow_clients or (EVERY_CLIENT if prepared.users else ())),
             mitm_patches.PreferH2ToClients(),
             PolicyChooser(self.policy),
             self.telemetry,
         )
+        self.destinations = Destinations(  # after PolicyChooser: checks by the policy chosen
+            self.policy, own_addresses(listen, prepared.admin), self.telemetry.internal_addresses
+        )
+        self.master.addons.add(self.destinations)
         self.master.addons.add(RequestRecords(request_log))
+        self.master.addons.add(
+            Preconnect(self.engine, self.policy, self.route_for, confdir, shared=reuse_port)
+        )
         tls_records, split_requests = TlsRecords(), SplitRequests()
         self.master.addons.add(tls_records, split_requests)
         self.master.addons.add(Trailers())  # after Telemetry: wraps its stream callable
         mitm_patches.size_tls_records(tls_records.record_sizes)
         mitm_patches.report_split_requests(split_requests.request_split)
         mitm_patches.carry_http1_trailers()
+        client_errors = ClientErrors()  # counts bad input; the patch refuses what hooks miss
+        self.master.addons.add(client_errors)
+        mitm_patches.guard_client_input(
+            client_errors.report,
+            max_head_bytes=DEFAULT_MAX_HEAD_BYTES,
+            header_timeout=client_header_timeout,
+        )
+        mitm_patches.listen_with_backlog(LISTEN_BACKLOG)  # connection storms (bench/soak)
         self.master.options.update(
             listen_host=listen.host,
             listen_port=listen.port,
@@ -176,6 +208,7 @@ class ProxyProcess:
         gateway_address = (gateway.host, gateway.port)
         mitm_patches.allow_connections(gateway_address, GATEWAY_CONNECTIONS_PER_CLIENT)
         self.telemetry.internal_addresses.add(gateway_address)
+        self.destinations.listening_on(gateway_address)
         self.master.addons.add(UpstreamPool(gateway, self.gateway.token))
         self._exception_handler.enter_context(
             asyncio_utils.install_exception_handler(self.master._asyncio_exception_handler)
@@ -193,6 +226,7 @@ class ProxyProcess:
             raise ReshapeError(f"cannot listen on {self.listen}: {_strip_mitmproxy_hint(reason)}")
         await self.master.running()
         host, port = self.proxyserver.listen_addrs()[0][:2]
+        self.destinations.listening_on((host, port))
         return ListenAddress(host, port)
 
     @property
@@ -282,5 +316,8 @@ def log_startup(
         len(prepared.policy_file.experiments),
     )
     log.info("origins verified against %s", prepared.trust_bundle)
+    if prepared.users is not None:
+        users, path = len(prepared.users.hashes), prepared.users_path
+        log.info("proxy authentication (Basic): %d users in %s", users, path)
     if config.workers > 1:
         log.info("%d worker processes share the listen port (SO_REUSEPORT)", config.workers)

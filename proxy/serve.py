@@ -60,6 +60,7 @@ async def serve_single(config: RunConfig) -> None:
         allow_clients=config.allow_clients,
         policy=holder,
         request_log=config.request_log,
+        client_header_timeout=config.client_header_timeout,
     )
     admin, admin_address = await start_admin(config, local_admin_content(config, prepared, process))
     try:
@@ -108,6 +109,8 @@ def worker_config() -> RunConfig:
         drain_seconds=data["drain_seconds"],
         allow_clients=parse_networks(data["allow_clients"], option="--allow-clients"),
         request_log=Path(data["request_log"]) if data["request_log"] else None,
+        users=Path(data["users"]) if data.get("users") else None,
+        client_header_timeout=data["client_header_timeout"],
     )
 
 
@@ -137,6 +140,7 @@ async def serve_worker(index: int) -> None:
         allow_clients=config.allow_clients,
         policy=holder,
         request_log=config.request_log,
+        client_header_timeout=config.client_header_timeout,
     )
     await process.start()
     watcher = watch_policy(holder)

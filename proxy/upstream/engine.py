@@ -5,6 +5,9 @@ connection, waits (queued) until the pool assigns one, sends the request on it a
 streamed response. Connections report what happens on them (`ConnectionRecord`, a
 ConnectionListener) and the driver feeds that back into the pool, running every action the pool
 returns: open, assign, reject, fail, close. A ticker drives timeouts (queue and idle).
+
+`preconnect` opens warm connections for requests expected soon (proxy/preconnect/ decides which);
+the engine counts each as used or unused once it is known, under the policy that asked for it.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Coroutine, Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +30,7 @@ from proxy.upstream.h2_upstream import H2Upstream
 from proxy.upstream.pool import (
     Action,
     Assign,
+    AssignKind,
     Close,
     Fail,
     HostPool,
@@ -45,6 +50,10 @@ log = logging.getLogger("reshape.upstream")
 TICK_SECONDS = 0.05
 # How long a new HTTP/2 connection waits for the server's SETTINGS (its stream limit).
 SETTINGS_WAIT = 1.0
+# Destinations whose protocol (h1 or h2) the engine remembers after their pool is gone, so that a
+# new pool, and a preconnect in particular, opens one connection to an h2 origin and several to
+# an HTTP/1.1 one from the start.
+REMEMBERED_PROTOCOLS = 4096
 
 
 class QueueRejected(UpstreamError):
@@ -99,6 +108,9 @@ class ConnectionRecord:
         # Waiters the pool assigned here whose responses have not ended: on loss, those whose
         # response had not begun (sent or not yet) go back to the pool as unanswered.
         self.assigned: set[int] = set()
+        # A warm connection: the (policy, arm) that asked for it, and whether a request used it.
+        self.warm_for: tuple[str, str] | None = None
+        self.warm_used = False
 
     # ConnectionListener
 
@@ -153,6 +165,13 @@ class Engine:
             False: client_context(trust_bundle, [ALPN_H1]),
         }
         self._connect_timeouts: dict[PoolKey, float] = {}
+        self._protocols: OrderedDict[PoolKey, Proto] = OrderedDict()
+        self._warming: tuple[str, str] | None = None  # labels for warm Opens being run
+        # Called with the route of a request that found no pool for its destination (an origin
+        # seen for the first time in a while); returns how many warm connections to open beside
+        # the one the request opens, and their idle timeout (static preconnect, see
+        # addons/preconnect.py), or None.
+        self.first_sight: Callable[[Route], tuple[int, float] | None] | None = None
         self._next_waiter = 0
         self._ticker: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -176,14 +195,20 @@ class Engine:
 
     async def exchange(self, route: Route, request: UpstreamRequest) -> UpstreamResponse:
         """Send `request` on a pooled connection; the response head has arrived on return."""
-        pool = self._pool(route)
         self._next_waiter += 1
         waiter = Waiter(self._next_waiter, route)
         self.waiters[waiter.id] = waiter
         labels = (route.policy, route.arm)
         started = self.now()
+        first_sight = route.key not in self.pools
+        pool = self._pool(route)
         try:
             self.run(pool, pool.request(waiter.id, started, idempotent=request.idempotent))
+            if first_sight and self.first_sight is not None:
+                # After the request is queued, so that the connection it opens is not warm.
+                wanted = self.first_sight(route)
+                if wanted is not None:
+                    self.preconnect(route, *wanted)
             if waiter.mailbox.empty():
                 labelled(metrics.requests_queued_total, *labels).inc()
             while True:
@@ -204,6 +229,9 @@ class Engine:
                 if record is None or record.upstream is None:
                     continue  # the connection vanished meanwhile; the pool re-decides
                 labelled(metrics.upstream_requests_total, *labels, decision.kind.value).inc()
+                if decision.kind is AssignKind.PRECONNECTED and record.warm_for is not None:
+                    record.warm_used = True
+                    labelled(metrics.preconnects_total, *record.warm_for, "used").inc()
                 labelled(metrics.request_queue_seconds, *labels).observe(self.now() - started)
                 if request.body or request.body_stream is not None:
                     labelled(metrics.post_coalesced_total, *labels).inc()
@@ -225,12 +253,28 @@ class Engine:
         finally:
             self.waiters.pop(waiter.id, None)
 
+    def preconnect(self, route: Route, count: int, idle_timeout: float) -> int:
+        """Have `count` connections to the route's destination ready before its requests
+        arrive (fewer for an h2 origin, never above the per-host cap); a warm connection
+        nobody uses closes after `idle_timeout` seconds. Returns how many were opened."""
+        pool = self._pool(route)
+        actions = pool.preconnect(count, self.now(), idle_timeout=idle_timeout)
+        # Labelled before they start: a connect can fail before this returns.
+        self._warming = (route.policy, route.arm)
+        try:
+            self.run(pool, actions)
+        finally:
+            self._warming = None
+        return sum(1 for action in actions if isinstance(action, Open))
+
     # the pool's decisions
 
     def run(self, pool: HostPool, actions: Iterable[Action]) -> None:
         for action in actions:
             if isinstance(action, Open):
                 record = ConnectionRecord(self, pool, action.conn_id)
+                if action.warm:
+                    record.warm_for = self._warming
                 self.connections[(pool.key, action.conn_id)] = record
                 metrics.upstream_connections_active.inc()
                 self._spawn(self._connect(pool, record), f"connect {_describe(pool.key)}")
@@ -260,6 +304,8 @@ class Engine:
     def forget_connection(self, record: ConnectionRecord) -> None:
         if self.connections.pop((record.pool.key, record.conn_id), None) is not None:
             metrics.upstream_connections_active.dec()
+            if record.warm_for is not None and not record.warm_used:
+                labelled(metrics.preconnects_total, *record.warm_for, "unused").inc()
 
     async def _connect(self, pool: HostPool, record: ConnectionRecord) -> None:
         key = pool.key
@@ -295,6 +341,7 @@ class Engine:
                 "yes" if tls.session_reused else "no"
             ).inc()
             self.sessions.put(key, tls.session)
+        self._remember_protocol(key, proto)
         self.run(
             pool,
             pool.connection_ready(record.conn_id, proto, self.now(), max_streams=max_streams),
@@ -306,10 +353,20 @@ class Engine:
         pool = self.pools.get(route.key)
         if pool is None:
             pool = self.pools[route.key] = HostPool(route.key, route.limits)
+            remembered = self._protocols.get(route.key)
+            if remembered is not None:
+                pool.learned_proto = True
+                pool.known_h2 = remembered is Proto.H2
         elif pool.limits != route.limits:
             self.run(pool, pool.set_limits(route.limits, self.now()))
         self._connect_timeouts[route.key] = route.connect_timeout
         return pool
+
+    def _remember_protocol(self, key: PoolKey, proto: Proto) -> None:
+        self._protocols[key] = proto
+        self._protocols.move_to_end(key)
+        while len(self._protocols) > REMEMBERED_PROTOCOLS:
+            self._protocols.popitem(last=False)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coroutine, name=name)

@@ -19,6 +19,12 @@ The pool serves each request from the front of its FIFO queue by the first rule 
    flight), only for idempotent requests, only while the origin has not broken it;
 5. otherwise it waits, or is rejected at once if the queue is full.
 
+Warm connections (`preconnect`): connections opened before any request asked for them, because a
+page load is expected to need them soon. They count against `max_connections` like any other,
+a request takes a warm one before any other free connection (rules 1 and 2), and one that no
+request has used closes after its own, shorter, idle timeout. Its first request is counted as
+`AssignKind.PRECONNECTED`.
+
 FIFO versus pipelining. Rules 1 and 2 always go to the front of the queue, so nobody overtakes
 on a connection everyone can use. Pipelining (rule 4) can only take idempotent requests, so an
 idempotent request may be pipelined past an older non-idempotent one, which could not have used
@@ -110,6 +116,7 @@ class AssignKind(enum.Enum):
     REUSED = "reused"  # the connection had served before and had nothing in flight
     PIPELINED = "pipelined"  # HTTP/1.1, behind at least one request still in flight
     MULTIPLEXED = "multiplexed"  # HTTP/2, next to at least one stream still in flight
+    PRECONNECTED = "preconnected"  # the first request on a warm connection (see `preconnect`)
 
 
 class RejectReason(enum.Enum):
@@ -144,6 +151,7 @@ class Open:
     """Start connecting (TCP, then TLS for https); report `connection_ready` or `_failed`."""
 
     conn_id: int
+    warm: bool = False  # opened by `preconnect`, for requests that have not arrived yet
 
 
 @dataclass(frozen=True)
@@ -223,10 +231,21 @@ class _Connection:
     served: int = 0
     draining: CloseReason | None = None  # set: takes nothing new; closed once nothing in flight
     idle_since: float = 0.0  # meaningful while READY with nothing in flight
+    # Set for a warm connection (see `preconnect`): its idle timeout until a request uses it.
+    warm_idle_timeout: float | None = None
 
     @property
     def idle(self) -> bool:
         return self.state is _ConnState.READY and not self.in_flight
+
+    @property
+    def unused_warm(self) -> bool:
+        return self.warm_idle_timeout is not None and self.served == 0
+
+    def idle_timeout(self, limits: PoolLimits) -> float:
+        if self.warm_idle_timeout is not None and self.served == 0:
+            return self.warm_idle_timeout
+        return limits.idle_timeout
 
     @property
     def h1_open_for_work(self) -> bool:
@@ -301,7 +320,7 @@ class HostPool:
     def next_deadline(self) -> float | None:
         """When `tick` next has work to do, if ever."""
         deadlines = [
-            c.idle_since + self._limits.idle_timeout for c in self._conns.values() if c.idle
+            c.idle_since + c.idle_timeout(self._limits) for c in self._conns.values() if c.idle
         ]
         oldest = self._oldest_waiter()
         if oldest is not None:
@@ -323,6 +342,33 @@ class HostPool:
             # request it caused would have made room for it. So rejecting it undoes nothing.
             del self._queue[waiter_id]
             actions.append(Reject(waiter_id, RejectReason.QUEUE_FULL))
+        return actions
+
+    def preconnect(self, count: int, now: float, *, idle_timeout: float) -> list[Action]:
+        """Have `count` connections ready for requests that have not arrived yet: open warm
+        ones for what is missing, within `max_connections`. Connections already free or being
+        opened, beyond what waiting requests need, count as ready; for an origin that speaks
+        HTTP/2 (or may: an https origin whose ALPN answer is not known yet) one connection is
+        enough. A warm connection no request uses closes after `idle_timeout` seconds idle."""
+        if count < 0:
+            raise ValueError(f"count must not be negative, not {count}")
+        if not idle_timeout > 0:
+            raise ValueError(f"idle_timeout must be positive, not {idle_timeout}")
+        if self._closed:
+            return []
+        usable = [c for c in self._conns.values() if c.draining is None]
+        if self._expects_h2 or any(c.proto is Proto.H2 for c in usable):
+            # One h2 connection carries every request (RFC 9113 section 9.1).
+            missing = 0 if usable else min(count, 1)
+        else:
+            spare = sum(1 for c in usable if c.state is _ConnState.CONNECTING or c.idle)
+            missing = count - max(0, spare - len(self._queue))
+        room = self._limits.max_connections - len(self._conns)
+        actions: list[Action] = []
+        for _ in range(max(0, min(missing, room))):
+            conn = _Connection(next(self._conn_ids), warm_idle_timeout=idle_timeout)
+            self._conns[conn.conn_id] = conn
+            actions.append(Open(conn.conn_id, warm=True))
         return actions
 
     def cancel(self, waiter_id: int, now: float) -> list[Action]:
@@ -510,7 +556,7 @@ class HostPool:
         for conn in [c for c in self._conns.values() if c.idle]:
             if conn.draining is not None:
                 actions.append(self._close(conn, conn.draining))
-            elif now - conn.idle_since >= self._limits.idle_timeout:
+            elif now - conn.idle_since >= conn.idle_timeout(self._limits):
                 actions.append(self._close(conn, CloseReason.IDLE_TIMEOUT))
         excess = len(self._conns) - self._limits.max_connections
         if excess > 0:
@@ -531,12 +577,13 @@ class HostPool:
         return actions
 
     def _free_connection(self) -> _Connection | None:
+        # A warm connection first: it was opened for this, and would otherwise go to waste.
         h2 = [c for c in self._conns.values() if c.free_h2_stream]
         if h2:
-            return min(h2, key=lambda c: c.conn_id)
+            return min(h2, key=lambda c: (not c.unused_warm, c.conn_id))
         h1 = [c for c in self._conns.values() if c.idle and c.h1_open_for_work]
         if h1:
-            return max(h1, key=lambda c: (c.idle_since, c.conn_id))
+            return max(h1, key=lambda c: (c.unused_warm, c.idle_since, c.conn_id))
         return None
 
     def _plan_for_waiters(self, now: float) -> list[Action]:
@@ -630,7 +677,9 @@ class HostPool:
         return self._limits.max_queue + self._connecting_count()
 
     def _assign(self, waiter: _Waiter, conn: _Connection, now: float) -> Assign:
-        if conn.served == 0:
+        if conn.unused_warm:
+            kind = AssignKind.PRECONNECTED
+        elif conn.served == 0:
             kind = AssignKind.NEW
         elif not conn.in_flight:
             kind = AssignKind.REUSED

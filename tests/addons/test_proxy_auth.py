@@ -1,0 +1,334 @@
+"""addons/proxy_auth.py: Basic proxy authentication — unit tests on flows, then `reshape run
+--users` on 0.0.0.0 with curl and real origins."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from mitmproxy.test import tflow
+
+from addons.proxy_auth import ProxyAuthentication, parse_basic
+from bench.labkit.origins import Origin, nginx_origin
+from bench.labkit.pki import OriginPKI
+from proxy import metrics
+from proxy.users import Users, hash_password, save_users
+from tests.conftest import REPO, RESHAPE, StartProxy, free_port
+from tests.scripted_origins import ScriptedOrigin
+
+PASSWORD = "open sesame"
+
+
+def basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+@dataclass(frozen=True)
+class CountingUsers(Users):
+    """Real users that also count scrypt verifications."""
+
+    calls: list[str] = field(default_factory=list)
+
+    def verify(self, name: str, password: str) -> bool:
+        self.calls.append(name)
+        return super().verify(name, password)
+
+
+@pytest.fixture
+def users_path(tmp_path: Path) -> Path:
+    path = tmp_path / "users"
+    save_users(path, Users({"alice": hash_password(PASSWORD, n=16, r=1, p=1)}))
+    return path
+
+
+def addon_for(path: Path) -> tuple[ProxyAuthentication, CountingUsers]:
+    users = CountingUsers({"alice": hash_password(PASSWORD, n=16, r=1, p=1)})
+    return ProxyAuthentication(path, users), users
+
+
+def failures(reason: str) -> float:
+    return metrics.proxy_auth_failures_total.labels(reason)._value.get()
+
+
+@pytest.mark.parametrize(
+    ("value", "parsed"),
+    [
+        (basic("alice", "pw"), ("alice", "pw")),
+        (basic("alice", "p:w"), ("alice", "p:w")),
+        ("basic " + base64.b64encode(b"a:").decode(), ("a", "")),
+        ("Bearer abc", None),
+        ("Basic !!!", None),
+        ("Basic " + base64.b64encode(b"no-colon").decode(), None),
+        ("Basic " + base64.b64encode(b"\xff:x").decode(), None),
+        ("", None),
+    ],
+)
+def test_parse_basic(value: str, parsed: tuple[str, str] | None) -> None:
+    assert parse_basic(value) == parsed
+
+
+@pytest.mark.parametrize(
+    ("header", "reason"),
+    [(None, "missing"), ("Digest x", "malformed"), (basic("alice", "nope"), "rejected")],
+)
+def test_bad_credentials_get_407(users_path: Path, header: str | None, reason: str) -> None:
+    addon, _ = addon_for(users_path)
+    flow = tflow.tflow()
+    if header is not None:
+        flow.request.headers["Proxy-Authorization"] = header
+    before = failures(reason)
+    asyncio.run(addon.requestheaders(flow))
+    assert flow.response is not None and flow.response.status_code == 407
+    assert flow.response.headers["Proxy-Authenticate"].startswith('Basic realm="reshape"')
+    assert failures(reason) == before + 1
+
+
+def test_good_credentials_are_removed_and_remembered_per_connection(users_path: Path) -> None:
+    addon, users = addon_for(users_path)
+    first, second = tflow.tflow(), tflow.tflow()
+    second.client_conn = first.client_conn
+    for flow in (first, second):
+        flow.request.headers["Proxy-Authorization"] = basic("alice", PASSWORD)
+        asyncio.run(addon.requestheaders(flow))
+        assert flow.response is None
+        assert "Proxy-Authorization" not in flow.request.headers
+    assert users.calls == ["alice"]  # the second request was not verified again
+
+    other = tflow.tflow()  # another client connection, same header: verified on its own
+    other.request.headers["Proxy-Authorization"] = basic("alice", PASSWORD)
+    asyncio.run(addon.requestheaders(other))
+    assert users.calls == ["alice", "alice"]
+
+    changed = tflow.tflow()  # same connection, different credentials: verified again, refused
+    changed.client_conn = first.client_conn
+    changed.request.headers["Proxy-Authorization"] = basic("alice", "guess")
+    asyncio.run(addon.requestheaders(changed))
+    assert changed.response is not None and changed.response.status_code == 407
+
+
+def test_connect_authenticates_its_tunnel(users_path: Path) -> None:
+    addon, users = addon_for(users_path)
+    connect = tflow.tflow()
+    connect.request.method = "CONNECT"
+    asyncio.run(addon.http_connect(connect))
+    assert connect.response is not None and connect.response.status_code == 407
+
+    connect = tflow.tflow()
+    connect.request.method = "CONNECT"
+    connect.request.headers["Proxy-Authorization"] = basic("alice", PASSWORD)
+    asyncio.run(addon.http_connect(connect))
+    assert connect.response is None
+    inner = tflow.tflow()  # a request inside the tunnel carries no credentials
+    inner.client_conn = connect.client_conn
+    asyncio.run(addon.requestheaders(inner))
+    assert inner.response is None
+    assert users.calls == ["alice"]
+
+
+def test_off_without_a_users_file() -> None:
+    addon = ProxyAuthentication(None)
+    flow = tflow.tflow()
+    asyncio.run(addon.requestheaders(flow))
+    assert flow.response is None
+
+
+def test_users_file_changes_take_effect(users_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    addon = ProxyAuthentication(users_path)
+    monkeypatch.setattr("addons.proxy_auth.RELOAD_CHECK_SECONDS", 0.0)
+    save_users(users_path, Users({"bob": hash_password("b", n=16, r=1, p=1)}))
+    addon._next_check = 0.0
+    flow = tflow.tflow()
+    flow.request.headers["Proxy-Authorization"] = basic("bob", "b")
+    asyncio.run(addon.requestheaders(flow))
+    assert flow.response is None
+    users_path.chmod(0o644)  # an exposed file is refused; the users read before stay
+    addon._next_check = 0.0
+    asyncio.run(addon.requestheaders(tflow.tflow()))
+    assert set(addon.users.hashes) == {"bob"}  # type: ignore[union-attr]
+
+
+# End to end: reshape on 0.0.0.0 with --users, curl as the client, nginx and a recording origin.
+
+
+class RecordingOrigin(ScriptedOrigin):
+    """Answers 200 and keeps every request head it received."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(host)
+        self.heads: list[bytes] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                self.heads.append(head)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+def site_root(tmp_path: Path) -> Path:
+    root = tmp_path / "www"
+    root.mkdir()
+    (root / "small.txt").write_text("hello from the origin\n")
+    return root
+
+
+@pytest.fixture
+def http_origin(site_root: Path) -> Iterator[Origin]:
+    with nginx_origin(site_root, "127.0.0.2") as origin:
+        yield origin
+
+
+@pytest.fixture
+def https_origin(site_root: Path, origin_pki: OriginPKI) -> Iterator[Origin]:
+    with nginx_origin(site_root, "127.0.0.3", tls=origin_pki.issue(["127.0.0.3"])) as origin:
+        yield origin
+
+
+def curl(proxy: str, url: str, *extra: str) -> tuple[str, str]:
+    """(status, body): the response's status, or for https:// the CONNECT's status if not 200."""
+    result = subprocess.run(
+        [
+            "curl",
+            "--silent",
+            "--max-time",
+            "20",
+            "--proxy",
+            proxy,
+            "--write-out",
+            "|||%{http_code} %{http_connect}",
+            *extra,
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    body, _, codes = result.stdout.rpartition("|||")
+    status, connect = codes.split()
+    return (connect if connect not in ("000", "200") else status), body
+
+
+def start_gateway(start_reshape: StartProxy, users_path: Path, *extra: str) -> tuple[str, object]:
+    port = free_port("0.0.0.0")
+    proxy = start_reshape("--listen", f"0.0.0.0:{port}", "--users", str(users_path), *extra)
+    return f"http://127.0.0.1:{port}", proxy
+
+
+def outward_address() -> str | None:
+    """A non-loopback address of this machine (no packet is sent), or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        address = s.getsockname()[0]
+    return None if address.startswith("127.") else address
+
+
+@pytest.mark.slow
+def test_gateway_on_all_interfaces_requires_credentials(
+    start_reshape: StartProxy, users_path: Path, http_origin: Origin, https_origin: Origin
+) -> None:
+    url, proxy = start_gateway(start_reshape, users_path)
+    good = ("--proxy-user", f"alice:{PASSWORD}")
+    wrong = ("--proxy-user", "alice:guess")
+    assert curl(url, http_origin.url("/small.txt"))[0] == "407"
+    assert curl(url, http_origin.url("/small.txt"), *wrong)[0] == "407"
+    assert curl(url, http_origin.url("/small.txt"), *good) == ("200", "hello from the origin\n")
+    cacert = ("--cacert", str(proxy.ca_cert))  # type: ignore[attr-defined]
+    assert curl(url, https_origin.url("/small.txt"), *cacert)[0] == "407"  # the CONNECT
+    assert curl(url, https_origin.url("/small.txt"), *cacert, *wrong)[0] == "407"
+    assert curl(url, https_origin.url("/small.txt"), *cacert, *good) == (
+        "200",
+        "hello from the origin\n",
+    )
+    assert proxy.metric("reshape_proxy_auth_failures_total", reason="missing") == 2  # type: ignore[attr-defined]
+    assert proxy.metric("reshape_proxy_auth_failures_total", reason="rejected") == 2  # type: ignore[attr-defined]
+
+    # A client on another address may connect (no --allow-clients needed) and must authenticate.
+    outward = outward_address()
+    if outward is not None:
+        port = url.rsplit(":", 1)[1]
+        assert curl(f"http://{outward}:{port}", http_origin.url("/small.txt"))[0] == "407"
+
+
+@pytest.mark.slow
+def test_origin_never_sees_the_credentials(start_reshape: StartProxy, users_path: Path) -> None:
+    url, _ = start_gateway(start_reshape, users_path)
+    with RecordingOrigin("127.0.0.4") as origin:
+        status, _ = curl(url, origin.url("/a"), "--proxy-user", f"alice:{PASSWORD}")
+        assert status == "200"
+        assert origin.heads and all(b"proxy-authorization" not in h.lower() for h in origin.heads)
+
+
+@pytest.mark.slow
+def test_every_worker_authenticates(
+    start_reshape: StartProxy, users_path: Path, http_origin: Origin
+) -> None:
+    url, _ = start_gateway(start_reshape, users_path, "--workers", "2")
+    statuses = {curl(url, http_origin.url("/small.txt"))[0] for _ in range(6)}
+    assert statuses == {"407"}
+    good = ("--proxy-user", f"alice:{PASSWORD}")
+    assert {curl(url, http_origin.url("/small.txt"), *good)[0] for _ in range(6)} == {"200"}
+
+
+def run_refused(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*RESHAPE, "run", *args], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+
+
+def test_all_interfaces_without_users_or_allow_list_refuses_to_start(tmp_path: Path) -> None:
+    start = time.monotonic()
+    result = run_refused("--listen", f"0.0.0.0:{free_port()}", "--confdir", str(tmp_path))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "reshape would be open to anyone there" in result.stderr
+    assert "--users" in result.stderr and "--allow-clients" in result.stderr
+    assert time.monotonic() - start < 30
+
+
+def test_admin_beyond_loopback_needs_an_allow_list_even_with_users(
+    tmp_path: Path, users_path: Path
+) -> None:
+    result = run_refused(
+        "--listen",
+        f"0.0.0.0:{free_port()}",
+        "--admin",
+        f"0.0.0.0:{free_port()}",
+        "--users",
+        str(users_path),
+        "--confdir",
+        str(tmp_path),
+    )
+    assert result.returncode == 2
+    assert "admin endpoint has no authentication" in result.stderr
+
+
+def test_exposed_users_file_refuses_to_start(tmp_path: Path, users_path: Path) -> None:
+    users_path.chmod(0o640)
+    result = run_refused(
+        "--listen",
+        f"127.0.0.1:{free_port()}",
+        "--admin",
+        f"127.0.0.1:{free_port()}",
+        "--users",
+        str(users_path),
+        "--confdir",
+        str(tmp_path / "conf"),
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"reshape: error: users file {users_path} is readable by group or others" in (
+        result.stderr
+    )

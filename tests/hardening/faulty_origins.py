@@ -1,0 +1,249 @@
+"""Origins that fail on purpose, and count what reached them.
+
+`FaultyOrigin` speaks HTTP/1.1 in clear or HTTP/2 over TLS (ALPN), keeps every request it was sent
+in `seen` (method and path, in order of arrival), and answers by path:
+
+- `/echo/<id>[?delay=S]`: 200, body `<id>` and `X-Echo: <id>`, after S seconds — a response a
+  client can check is its own;
+- `/cut/length`, `/cut/chunked`: a head announcing 100,000 bytes (Content-Length, or chunked),
+  1,000 bytes of body, then a TCP reset — a response cut mid-body;
+- `/silent`: reads the request and never answers;
+- `/drop`: reads the request, then resets the connection without a byte of answer;
+- `/reset` (HTTP/2): RST_STREAM INTERNAL_ERROR before any response head.
+
+`unreachable_address()` is a loopback port nothing listens on (connection refused);
+`Backlog` is a listener whose accept queue is full, so a connect to it hangs (connect timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+import threading
+import urllib.parse
+from typing import Self
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h11
+
+from bench.labkit.pki import IssuedCert
+
+CUT_DECLARED = 100_000
+CUT_SENT = 1_000
+
+
+class FaultyOrigin:
+    def __init__(self, host: str, tls: IssuedCert | None = None) -> None:
+        self.host = host
+        self.port = 0
+        self.tls = tls
+        self.seen: list[tuple[str, str]] = []
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def url(self, path: str) -> str:
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}{path}"
+
+    def count(self, path: str) -> int:
+        return sum(1 for _, seen in self.seen if seen == path)
+
+    def count_prefix(self, prefix: str) -> int:
+        return sum(1 for _, seen in self.seen if seen.startswith(prefix))
+
+    def __enter__(self) -> Self:
+        context = None
+        if self.tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(self.tls.cert_path, self.tls.key_path)
+            context.set_alpn_protocols(["h2"])
+        self._thread.start()
+        self._server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._serve, self.host, 0, ssl=context), self._loop
+        ).result(5)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        async def stop() -> None:
+            assert self._server is not None
+            self._server.close()
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            if self.tls is not None:
+                await self._serve_h2(reader, writer)
+            else:
+                await self._serve_h1(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, h11.ProtocolError):
+            pass
+        except asyncio.CancelledError:
+            pass  # stopping: end quietly (asyncio logs a cancelled connection callback)
+        finally:
+            self._tasks.discard(task)
+            writer.close()
+
+    async def _serve_h1(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = h11.Connection(h11.SERVER)
+        while True:
+            request = None
+            while True:  # one whole request, body included
+                event = connection.next_event()
+                if event is h11.NEED_DATA:
+                    data = await reader.read(65536)
+                    if not data:
+                        return
+                    connection.receive_data(data)
+                elif isinstance(event, h11.Request):
+                    request = event
+                    self.seen.append((event.method.decode(), event.target.decode()))
+                elif isinstance(event, h11.EndOfMessage):
+                    break
+                elif not isinstance(event, h11.Data):
+                    return
+            assert request is not None
+            path, query = _split(request.target)
+            if path in ("/cut/length", "/cut/chunked"):
+                framing = (
+                    b"Content-Length: %d" % CUT_DECLARED
+                    if path == "/cut/length"
+                    else b"Transfer-Encoding: chunked"
+                )
+                body = b"x" * CUT_SENT
+                if path == "/cut/chunked":
+                    body = b"%x\r\n%s\r\n" % (len(body), body)
+                writer.write(b"HTTP/1.1 200 OK\r\n" + framing + b"\r\n\r\n" + body)
+                await writer.drain()
+                await asyncio.sleep(0.2)
+                writer.transport.abort()
+                return
+            if path == "/silent":
+                await asyncio.sleep(3600)
+            if path == "/drop":
+                writer.transport.abort()
+                return
+            ident = await _echo_id(path, query)
+            writer.write(
+                connection.send(
+                    h11.Response(
+                        status_code=200,
+                        headers=[("Content-Length", str(len(ident))), ("X-Echo", ident)],
+                    )
+                )
+                or b""
+            )
+            writer.write(connection.send(h11.Data(data=ident)) or b"")
+            writer.write(connection.send(h11.EndOfMessage()) or b"")
+            await writer.drain()
+            if connection.our_state is h11.MUST_CLOSE:
+                return
+            connection.start_next_cycle()
+
+    async def _serve_h2(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        config = h2.config.H2Configuration(client_side=False, header_encoding=None)
+        connection = h2.connection.H2Connection(config)
+        connection.initiate_connection()
+        writer.write(connection.data_to_send())
+        pending: set[asyncio.Task[None]] = set()
+
+        async def answer(stream_id: int, path: str, query: dict[str, str]) -> None:
+            ident = await _echo_id(path, query)
+            with contextlib.suppress(h2.exceptions.StreamClosedError):
+                connection.send_headers(
+                    stream_id,
+                    [
+                        (b":status", b"200"),
+                        (b"content-length", b"%d" % len(ident)),
+                        (b"x-echo", ident),
+                    ],
+                )
+                connection.send_data(stream_id, ident, end_stream=True)
+            writer.write(connection.data_to_send())
+
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                return
+            for event in connection.receive_data(data):
+                if isinstance(event, h2.events.RequestReceived):
+                    headers = dict(event.headers)
+                    target = headers[b":path"]
+                    self.seen.append((headers[b":method"].decode(), target.decode()))
+                    path, query = _split(target)
+                    if path == "/reset":
+                        connection.reset_stream(
+                            event.stream_id, h2.errors.ErrorCodes.INTERNAL_ERROR
+                        )
+                    else:
+                        task = asyncio.create_task(answer(event.stream_id, path, query))
+                        pending.add(task)
+                        task.add_done_callback(pending.discard)
+                elif isinstance(event, h2.events.DataReceived):
+                    connection.acknowledge_received_data(
+                        event.flow_controlled_length, event.stream_id
+                    )
+            writer.write(connection.data_to_send())
+
+
+def _split(target: bytes) -> tuple[str, dict[str, str]]:
+    url = urllib.parse.urlsplit(target.decode("latin-1"))
+    return url.path, dict(urllib.parse.parse_qsl(url.query))
+
+
+async def _echo_id(path: str, query: dict[str, str]) -> bytes:
+    delay = float(query.get("delay", "0"))
+    if delay:
+        await asyncio.sleep(delay)
+    return path.rsplit("/", 1)[-1].encode()
+
+
+def unreachable_address(host: str) -> tuple[str, int]:
+    """A port on `host` that refuses connections (bound, never listening)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return host, s.getsockname()[1]
+
+
+class Backlog:
+    """A listener with a full accept queue: connects to it get no SYN-ACK and hang."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.port = 0
+        self._sockets: list[socket.socket] = []
+
+    def __enter__(self) -> Self:
+        listener = socket.socket()
+        listener.bind((self.host, 0))
+        listener.listen(0)
+        self.port = listener.getsockname()[1]
+        self._sockets.append(listener)
+        # Fill the queue (Linux accepts backlog + 1) with connections nobody accepts.
+        for _ in range(4):
+            filler = socket.socket()
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect((self.host, self.port))
+            self._sockets.append(filler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s in self._sockets:
+            s.close()
