@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import ssl
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
@@ -137,7 +138,7 @@ class ConnectionRecord:
 
     def lost(self, answered: list[int], *, graceful: bool = False) -> None:
         if self.tls is not None:
-            self.engine.sessions.put(self.pool.key, self.tls.session)
+            self.engine.sessions.put(session_key(self.pool), self.tls.session)
         self.engine.forget_connection(self)
         unanswered = sorted(self.assigned.difference(answered))
         self.assigned.clear()
@@ -311,16 +312,16 @@ class Engine:
         key = pool.key
         route_timeout = self._connect_timeouts.get(key, 10.0)
         tls = None
-        if key.scheme == "https":
-            tls = TlsClient(
-                self._contexts[pool.limits.http2],
-                key.sni or key.host,
-                session=self.sessions.get(key),
-            )
-        record.tls = tls
         try:
+            if key.scheme == "https":
+                tls = TlsClient(
+                    self._contexts[pool.limits.http2],
+                    key.sni or key.host,
+                    session=self.sessions.get(session_key(pool)),
+                )
+            record.tls = tls
             wire = await Wire.open(key.host, key.port, tls=tls, timeout=route_timeout)
-        except WireError as e:
+        except (WireError, ssl.SSLError, ValueError) as e:
             log.warning("upstream %s: %s", _describe(key), e)
             self.forget_connection(record)
             self.run(pool, pool.connection_failed(record.conn_id, self.now()))
@@ -340,7 +341,7 @@ class Engine:
             metrics.upstream_tls_handshakes_total.labels(
                 "yes" if tls.session_reused else "no"
             ).inc()
-            self.sessions.put(key, tls.session)
+            self.sessions.put(session_key(pool), tls.session)
         self._remember_protocol(key, proto)
         self.run(
             pool,
@@ -387,6 +388,12 @@ class Engine:
                 if unused and not pool.pipelining_broken:
                     del self.pools[key]
                     self._connect_timeouts.pop(key, None)
+
+
+def session_key(pool: HostPool) -> tuple[PoolKey, bool]:
+    """TLS sessions belong to the SSL context that made them, one per `http2` setting: a session
+    from the other context raises ValueError when offered (two policies, one origin)."""
+    return (pool.key, pool.limits.http2)
 
 
 def _describe(key: PoolKey) -> str:
