@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import math
 import os
 import platform
@@ -23,6 +22,7 @@ from bench.lab_plot import COLORS, Chart, Panel, Point, Reference, Series
 from bench.lab_runner import Cell, Load
 from bench.lab_sites import DESCRIPTIONS, HOSTS, Page, build_pages
 from bench.lab_stats import Summary, summarize
+from bench.runs import package_version
 
 RESULTS_HEADER = """# Benchmark results
 
@@ -449,9 +449,9 @@ def versions() -> dict[str, str]:
     return {
         "Chromium": _first_line(["/usr/bin/chromium", "--version"]),
         "nginx": _first_line(["/usr/sbin/nginx", "-v"]),
-        "hypercorn": _package_version("hypercorn"),
-        "mitmproxy": _package_version("mitmproxy"),
-        "reshape": _package_version("reshape"),
+        "hypercorn": package_version("hypercorn"),
+        "mitmproxy": package_version("mitmproxy"),
+        "reshape": package_version("reshape"),
         "Python": platform.python_version(),
     }
 
@@ -613,13 +613,6 @@ def _policy_text(policy: Path, repo: Path) -> str:
     be gone by now) just that."""
     resolved = policy.resolve()
     return f"`{resolved.relative_to(repo)}`" if resolved.is_relative_to(repo) else "generated"
-
-
-def _package_version(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def _first_line(argv: list[str]) -> str:
