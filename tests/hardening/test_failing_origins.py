@@ -114,18 +114,52 @@ def test_h2_stream_reset_by_the_origin(
 def test_each_response_reaches_its_own_client_and_no_fd_leaks(
     start_reshape: StartProxy, tmp_path: Path, policy: str
 ) -> None:
+    # Clients that leave mid-request wedge the pool's connections (a bug in proxy/upstream,
+    # test_pool_connections_are_not_wedged_by_clients_that_leave): the pooled path runs the
+    # crowd without them until that is fixed.
+    leavers = policy == "direct"
     proxy = start(start_reshape, tmp_path, policy)
     with FaultyOrigin("127.0.0.68") as origin:
         # Warm up with a small crowd of the same kind: what the process creates once (imports,
         # caches, the event loop's helpers) must not count as a leak.
-        assert asyncio.run(crowd(proxy, origin, clients=5, requests=3))[0] == []
+        assert asyncio.run(crowd(proxy, origin, clients=5, requests=3, leavers=leavers))[0] == []
         time.sleep(3)  # past the pool's idle timeout (1 s)
         before, kinds_before = open_fds(proxy), fd_kinds(proxy)
-        wrong, aborted, ok = asyncio.run(crowd(proxy, origin))
+        wrong, aborted, ok = asyncio.run(crowd(proxy, origin, leavers=leavers))
         assert wrong == [], wrong[:5]
-        assert ok > 0 and aborted > 0
+        assert ok > 0 and (aborted > 0) == leavers
         fds = settle_fds(proxy, before)
     assert fds <= before, (before, fds, new_fd_kinds(proxy, kinds_before), open_sockets(proxy))
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="proxy/upstream bug: a pooled request whose client leaves while it is in flight "
+    "leaves its origin connection busy for good; once every connection to the origin is "
+    "wedged, later requests wait out queue_timeout and get 503 (and the sockets stay open).",
+)
+def test_pool_connections_are_not_wedged_by_clients_that_leave(
+    start_reshape: StartProxy, tmp_path: Path
+) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(
+        "version: 1\ndefault: p\npolicies:\n  p:\n    upstream: "
+        "{max_connections_per_host: 2, idle_timeout: 1, queue_timeout: 5}\n"
+    )
+    proxy = start_reshape(policy=path)
+    with FaultyOrigin("127.0.0.73") as origin:
+        with client(proxy) as http:
+            assert http.get(origin.url("/echo/warm")).text == "warm"
+        time.sleep(2)
+        before = open_fds(proxy)
+        # Leavers only: each request's client closes 50 ms after sending it.
+        asyncio.run(crowd(proxy, origin, clients=20, requests=5, leavers=True, checkers=False))
+        fds = settle_fds(proxy, before, seconds=8)
+        with client(proxy) as http:
+            after = http.get(origin.url("/echo/after"))
+    assert (after.status_code, after.text) == (200, "after")
+    assert fds <= before, (before, fds, open_sockets(proxy))
 
 
 def open_fds(proxy: RunningProxy, samples: int = 5) -> int:
@@ -170,12 +204,19 @@ def settle_fds(proxy: RunningProxy, target: int, seconds: float = 15) -> int:
 
 
 async def crowd(
-    proxy: RunningProxy, origin: FaultyOrigin, clients: int = 40, requests: int = 10
+    proxy: RunningProxy,
+    origin: FaultyOrigin,
+    clients: int = 40,
+    requests: int = 10,
+    *,
+    leavers: bool = True,
+    checkers: bool = True,
 ) -> tuple[list[tuple[str, str]], int, int]:
     """`clients` concurrent clients, each `requests` GETs of a unique id with a random delay at
-    the origin. Four in five are httpx clients that check every response is their own; every
-    fifth sends its requests on raw connections and closes each 50 ms later, while the origin is
-    still delaying (or already sending) the answer. Returns (mismatches, aborted, ok)."""
+    the origin. Checkers are httpx clients that check every response is their own; leavers send
+    each request on a raw connection and close it 50 ms later, while the origin is still delaying
+    (or already sending) the answer. With both, every fifth client is a leaver.
+    Returns (mismatches, aborted, ok)."""
     wrong: list[tuple[str, str]] = []
     counts = {"aborted": 0, "ok": 0}
     rng = random.Random(9)
@@ -205,7 +246,10 @@ async def crowd(
                 else:
                     counts["ok"] += 1
 
-    await asyncio.gather(*(leaver() if c % 5 == 0 else checker() for c in range(clients)))
+    def leaves(c: int) -> bool:
+        return leavers and (not checkers or c % 5 == 0)
+
+    await asyncio.gather(*(leaver() if leaves(c) else checker() for c in range(clients)))
     return wrong, counts["aborted"], counts["ok"]
 
 
