@@ -37,6 +37,30 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
         return e.code, e.read()
 
 
+def curl_via_proxy(proxy: str, url: str, *extra: str) -> tuple[str, str]:
+    """(status, body): the response's status, or for https:// the CONNECT's status if not 200."""
+    result = subprocess.run(
+        [
+            "curl",
+            "--silent",
+            "--max-time",
+            "20",
+            "--proxy",
+            proxy,
+            "--write-out",
+            "|||%{http_code} %{http_connect}",
+            *extra,
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    body, _, codes = result.stdout.rpartition("|||")
+    status, connect = codes.split()
+    return (connect if connect not in ("000", "200") else status), body
+
+
 @dataclass
 class RunningProxy:
     process: subprocess.Popen[bytes]

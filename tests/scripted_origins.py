@@ -7,37 +7,85 @@ next to `reshape run` as a subprocess.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ssl
 import threading
 from collections.abc import Callable
 from typing import Self
 
+from bench.labkit.pki import IssuedCert
+
 
 class ScriptedOrigin:
-    """An origin on `host` (free port) whose `handle` coroutine plays each connection."""
+    """An origin on `host` (free port) whose `handle` coroutine plays each connection.
 
-    def __init__(self, host: str) -> None:
+    With `tls` it is HTTPS, offering `alpn`. Connection errors in `handle` (the peer went away,
+    or any of `QUIET_ERRORS`) end that connection quietly; leaving the context stops the server
+    and cancels the connections still being played.
+    """
+
+    QUIET_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, asyncio.IncompleteReadError)
+
+    def __init__(
+        self, host: str, tls: IssuedCert | None = None, alpn: tuple[str, ...] = ("http/1.1",)
+    ) -> None:
         self.host = host
         self.port = 0
+        self.tls = tls
+        self.alpn = alpn
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         raise NotImplementedError
 
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
+
     def url(self, path: str = "/") -> str:
-        return f"http://{self.host}:{self.port}{path}"
+        return f"{self.scheme}://{self.host}:{self.port}{path}"
 
     def __enter__(self) -> Self:
+        context = None
+        if self.tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(self.tls.cert_path, self.tls.key_path)
+            context.set_alpn_protocols(list(self.alpn))
         self._thread.start()
-        server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self.handle, self.host, 0), self._loop
+        self._server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._serve, self.host, 0, ssl=context), self._loop
         ).result(5)
-        self.port = server.sockets[0].getsockname()[1]
+        self.port = self._server.sockets[0].getsockname()[1]
         return self
 
     def __exit__(self, *exc: object) -> None:
+        async def stop() -> None:
+            assert self._server is not None
+            self._server.close()
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            await self.handle(reader, writer)
+        except self.QUIET_ERRORS:
+            pass
+        except asyncio.CancelledError:
+            pass  # stopping: end quietly (asyncio logs a cancelled connection callback)
+        finally:
+            self._tasks.discard(task)
 
 
 class SlowOrigin(ScriptedOrigin):

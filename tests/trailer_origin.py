@@ -18,11 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import ssl
-import threading
 import urllib.parse
 from collections.abc import Iterator
-from typing import Self
 
 import h2.config
 import h2.connection
@@ -31,6 +28,7 @@ import h2.exceptions
 import h11
 
 from bench.labkit.pki import IssuedCert
+from tests.scripted_origins import ScriptedOrigin
 
 Fields = list[tuple[bytes, bytes]]
 
@@ -70,60 +68,19 @@ def body_sha256(size: int) -> str:
     return digest.hexdigest()
 
 
-class TrailerOrigin:
+class TrailerOrigin(ScriptedOrigin):
     """The origin on `host` (free port); `tls` makes it HTTPS offering `alpn`."""
+
+    QUIET_ERRORS = (*ScriptedOrigin.QUIET_ERRORS, h11.ProtocolError)
 
     def __init__(
         self, host: str, tls: IssuedCert | None = None, alpn: tuple[str, ...] = ("http/1.1",)
     ) -> None:
-        self.host = host
-        self.port = 0
-        self.tls = tls
-        self.alpn = alpn
+        super().__init__(host, tls, alpn)
         self.cookies_on_next: list[str] = []
         self.protocols_seen: list[str] = []
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
 
-    @property
-    def scheme(self) -> str:
-        return "https" if self.tls else "http"
-
-    def url(self, path: str) -> str:
-        return f"{self.scheme}://{self.host}:{self.port}{path}"
-
-    def __enter__(self) -> Self:
-        context = None
-        if self.tls is not None:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.load_cert_chain(self.tls.cert_path, self.tls.key_path)
-            context.set_alpn_protocols(list(self.alpn))
-        self._thread.start()
-        self._server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._serve, self.host, 0, ssl=context), self._loop
-        ).result(5)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        async def stop() -> None:
-            assert self._server is not None
-            self._server.close()
-            for task in list(self._tasks):
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             ssl_object = writer.get_extra_info("ssl_object")
             protocol = (ssl_object.selected_alpn_protocol() if ssl_object else None) or "http/1.1"
@@ -132,10 +89,7 @@ class TrailerOrigin:
                 await self._serve_h2(reader, writer)
             else:
                 await self._serve_h1(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError, h11.ProtocolError):
-            pass
         finally:
-            self._tasks.discard(task)
             writer.close()
 
     def _answer(

@@ -4,7 +4,6 @@ flows, then `reshape run` with curl."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from proxy.destinations import ip_of
 from proxy.policy.chooser import PolicyChooser
 from proxy.policy.loader import parse_policy_text
 from proxy.policy.reload import PolicyHolder
-from tests.conftest import REPO, StartProxy
+from tests.conftest import REPO, StartProxy, curl_via_proxy
 
 STRICT = """\
 version: 1
@@ -133,30 +132,6 @@ def test_kernel_knows_its_own_addresses() -> None:
 # End to end: `reshape run`, curl as the client.
 
 
-def curl_status(proxy_url: str, url: str, *extra: str) -> tuple[str, str]:
-    """(status, body); for https:// the CONNECT's status."""
-    result = subprocess.run(
-        [
-            "curl",
-            "--silent",
-            "--max-time",
-            "20",
-            "--proxy",
-            proxy_url,
-            "--write-out",
-            "|||%{http_code} %{http_connect}",
-            *extra,
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    body, _, codes = result.stdout.rpartition("|||")
-    status, connect = codes.split()
-    return (connect if connect not in ("000", "200") else status), body
-
-
 @pytest.fixture
 def loopback_origin(tmp_path: Path) -> Iterator[Origin]:
     root = tmp_path / "www"
@@ -172,12 +147,12 @@ def test_own_addresses_and_metadata_are_refused(start_reshape: StartProxy, polic
     proxy = start_reshape(policy=REPO / "policies" / policy)
     started = time.monotonic()
     for url in (f"http://{proxy.listen}/", f"http://{proxy.admin}/metrics"):
-        status, body = curl_status(proxy.proxy_url, url)
+        status, body = curl_via_proxy(proxy.proxy_url, url)
         assert status == "403" and "this proxy's own address" in body, (url, body)
-    status, body = curl_status(proxy.proxy_url, "http://169.254.169.254/latest/meta-data/")
+    status, body = curl_via_proxy(proxy.proxy_url, "http://169.254.169.254/latest/meta-data/")
     assert status == "403" and "169.254.169.254 is link-local" in body
-    assert curl_status(proxy.proxy_url, "https://169.254.169.254/")[0] == "403"  # the CONNECT
-    assert curl_status(proxy.proxy_url, f"https://{proxy.listen}/")[0] == "403"
+    assert curl_via_proxy(proxy.proxy_url, "https://169.254.169.254/")[0] == "403"  # the CONNECT
+    assert curl_via_proxy(proxy.proxy_url, f"https://{proxy.listen}/")[0] == "403"
     # Nothing was attempted: a connection to 169.254.169.254 would hang until curl gives up.
     assert time.monotonic() - started < 15
     assert proxy.metric("reshape_destinations_refused_total", reason="own_address") == 3
@@ -190,14 +165,14 @@ def test_loopback_by_name_follows_the_policy(
 ) -> None:
     by_name = f"http://localhost:{loopback_origin.port}/small.txt"
     allowing = start_reshape()  # the default policy allows loopback
-    assert curl_status(allowing.proxy_url, by_name) == ("200", "hello\n")
+    assert curl_via_proxy(allowing.proxy_url, by_name) == ("200", "hello\n")
     log = loopback_origin.access_log
     assert log is not None
     answered = len(log.read_text().splitlines())
     strict = tmp_path / "strict.yaml"
     strict.write_text(STRICT)
     denying = start_reshape(policy=strict)
-    status, body = curl_status(denying.proxy_url, by_name)
+    status, body = curl_via_proxy(denying.proxy_url, by_name)
     assert status == "403"
     assert body.startswith("reshape: destination localhost (")
     assert "is loopback (policy 'strict' denies it)" in body

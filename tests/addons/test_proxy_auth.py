@@ -20,7 +20,7 @@ from bench.labkit.origins import Origin, nginx_origin
 from bench.labkit.pki import OriginPKI
 from proxy import metrics
 from proxy.users import Users, hash_password, save_users
-from tests.conftest import REPO, RESHAPE, StartProxy, free_port
+from tests.conftest import REPO, RESHAPE, StartProxy, curl_via_proxy, free_port
 from tests.scripted_origins import ScriptedOrigin
 
 PASSWORD = "open sesame"
@@ -196,30 +196,6 @@ def https_origin(site_root: Path, origin_pki: OriginPKI) -> Iterator[Origin]:
         yield origin
 
 
-def curl(proxy: str, url: str, *extra: str) -> tuple[str, str]:
-    """(status, body): the response's status, or for https:// the CONNECT's status if not 200."""
-    result = subprocess.run(
-        [
-            "curl",
-            "--silent",
-            "--max-time",
-            "20",
-            "--proxy",
-            proxy,
-            "--write-out",
-            "|||%{http_code} %{http_connect}",
-            *extra,
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    body, _, codes = result.stdout.rpartition("|||")
-    status, connect = codes.split()
-    return (connect if connect not in ("000", "200") else status), body
-
-
 def start_gateway(start_reshape: StartProxy, users_path: Path, *extra: str) -> tuple[str, object]:
     port = free_port("0.0.0.0")
     proxy = start_reshape("--listen", f"0.0.0.0:{port}", "--users", str(users_path), *extra)
@@ -244,13 +220,16 @@ def test_gateway_on_all_interfaces_requires_credentials(
     url, proxy = start_gateway(start_reshape, users_path)
     good = ("--proxy-user", f"alice:{PASSWORD}")
     wrong = ("--proxy-user", "alice:guess")
-    assert curl(url, http_origin.url("/small.txt"))[0] == "407"
-    assert curl(url, http_origin.url("/small.txt"), *wrong)[0] == "407"
-    assert curl(url, http_origin.url("/small.txt"), *good) == ("200", "hello from the origin\n")
+    assert curl_via_proxy(url, http_origin.url("/small.txt"))[0] == "407"
+    assert curl_via_proxy(url, http_origin.url("/small.txt"), *wrong)[0] == "407"
+    assert curl_via_proxy(url, http_origin.url("/small.txt"), *good) == (
+        "200",
+        "hello from the origin\n",
+    )
     cacert = ("--cacert", str(proxy.ca_cert))  # type: ignore[attr-defined]
-    assert curl(url, https_origin.url("/small.txt"), *cacert)[0] == "407"  # the CONNECT
-    assert curl(url, https_origin.url("/small.txt"), *cacert, *wrong)[0] == "407"
-    assert curl(url, https_origin.url("/small.txt"), *cacert, *good) == (
+    assert curl_via_proxy(url, https_origin.url("/small.txt"), *cacert)[0] == "407"  # the CONNECT
+    assert curl_via_proxy(url, https_origin.url("/small.txt"), *cacert, *wrong)[0] == "407"
+    assert curl_via_proxy(url, https_origin.url("/small.txt"), *cacert, *good) == (
         "200",
         "hello from the origin\n",
     )
@@ -261,14 +240,14 @@ def test_gateway_on_all_interfaces_requires_credentials(
     outward = outward_address()
     if outward is not None:
         port = url.rsplit(":", 1)[1]
-        assert curl(f"http://{outward}:{port}", http_origin.url("/small.txt"))[0] == "407"
+        assert curl_via_proxy(f"http://{outward}:{port}", http_origin.url("/small.txt"))[0] == "407"
 
 
 @pytest.mark.slow
 def test_origin_never_sees_the_credentials(start_reshape: StartProxy, users_path: Path) -> None:
     url, _ = start_gateway(start_reshape, users_path)
     with RecordingOrigin("127.0.0.4") as origin:
-        status, _ = curl(url, origin.url("/a"), "--proxy-user", f"alice:{PASSWORD}")
+        status, _ = curl_via_proxy(url, origin.url("/a"), "--proxy-user", f"alice:{PASSWORD}")
         assert status == "200"
         assert origin.heads and all(b"proxy-authorization" not in h.lower() for h in origin.heads)
 
@@ -278,10 +257,12 @@ def test_every_worker_authenticates(
     start_reshape: StartProxy, users_path: Path, http_origin: Origin
 ) -> None:
     url, _ = start_gateway(start_reshape, users_path, "--workers", "2")
-    statuses = {curl(url, http_origin.url("/small.txt"))[0] for _ in range(6)}
+    statuses = {curl_via_proxy(url, http_origin.url("/small.txt"))[0] for _ in range(6)}
     assert statuses == {"407"}
     good = ("--proxy-user", f"alice:{PASSWORD}")
-    assert {curl(url, http_origin.url("/small.txt"), *good)[0] for _ in range(6)} == {"200"}
+    assert {curl_via_proxy(url, http_origin.url("/small.txt"), *good)[0] for _ in range(6)} == {
+        "200"
+    }
 
 
 def run_refused(*args: str) -> subprocess.CompletedProcess[str]:

@@ -20,8 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import ssl
-import threading
 import urllib.parse
 from typing import Self
 
@@ -32,24 +30,20 @@ import h2.events
 import h11
 
 from bench.labkit.pki import IssuedCert
+from tests.scripted_origins import ScriptedOrigin
 
 CUT_DECLARED = 100_000
 CUT_SENT = 1_000
 
 
-class FaultyOrigin:
-    def __init__(self, host: str, tls: IssuedCert | None = None) -> None:
-        self.host = host
-        self.port = 0
-        self.tls = tls
-        self.seen: list[tuple[str, str]] = []
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+class FaultyOrigin(ScriptedOrigin):
+    """HTTP/1.1 in clear, or HTTP/2 only over TLS (ALPN h2)."""
 
-    def url(self, path: str) -> str:
-        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}{path}"
+    QUIET_ERRORS = (*ScriptedOrigin.QUIET_ERRORS, h11.ProtocolError)
+
+    def __init__(self, host: str, tls: IssuedCert | None = None) -> None:
+        super().__init__(host, tls, alpn=("h2",))
+        self.seen: list[tuple[str, str]] = []
 
     def count(self, path: str) -> int:
         return sum(1 for _, seen in self.seen if seen == path)
@@ -57,47 +51,11 @@ class FaultyOrigin:
     def count_prefix(self, prefix: str) -> int:
         return sum(1 for _, seen in self.seen if seen.startswith(prefix))
 
-    def __enter__(self) -> Self:
-        context = None
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.tls is not None:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.load_cert_chain(self.tls.cert_path, self.tls.key_path)
-            context.set_alpn_protocols(["h2"])
-        self._thread.start()
-        self._server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._serve, self.host, 0, ssl=context), self._loop
-        ).result(5)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        async def stop() -> None:
-            assert self._server is not None
-            self._server.close()
-            for task in list(self._tasks):
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        try:
-            if self.tls is not None:
-                await self._serve_h2(reader, writer)
-            else:
-                await self._serve_h1(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError, h11.ProtocolError):
-            pass
-        except asyncio.CancelledError:
-            pass  # stopping: end quietly (asyncio logs a cancelled connection callback)
-        finally:
-            self._tasks.discard(task)
+            await self._serve_h2(reader, writer)
+        else:
+            await self._serve_h1(reader, writer)
             writer.close()
 
     async def _serve_h1(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
