@@ -203,6 +203,10 @@ class Engine:
         started = self.now()
         first_sight = route.key not in self.pools
         pool = self._pool(route)
+        # The connection of an assignment this request took up, until its response exists (from
+        # then on the response reports its end): if the exchange fails or is cancelled on the
+        # way, `_release` makes sure the pool does not count the request in flight for ever.
+        taken: int | None = None
         try:
             self.run(pool, pool.request(waiter.id, started, idempotent=request.idempotent))
             if first_sight and self.first_sight is not None:
@@ -229,6 +233,7 @@ class Engine:
                 record = self.connections.get((route.key, decision.conn_id))
                 if record is None or record.upstream is None:
                     continue  # the connection vanished meanwhile; the pool re-decides
+                taken = decision.conn_id
                 labelled(metrics.upstream_requests_total, *labels, decision.kind.value).inc()
                 if decision.kind is AssignKind.PRECONNECTED and record.warm_for is not None:
                     record.warm_used = True
@@ -237,7 +242,7 @@ class Engine:
                 if request.body or request.body_stream is not None:
                     labelled(metrics.post_coalesced_total, *labels).inc()
                 try:
-                    return await asyncio.wait_for(
+                    response: UpstreamResponse = await asyncio.wait_for(
                         record.upstream.exchange(waiter.id, request), route.read_timeout
                     )
                 except TimeoutError:
@@ -246,13 +251,31 @@ class Engine:
                     ) from None
                 except Unanswered:
                     # The connection reported it; the pool sends it again (or fails it).
+                    taken = None
                     labelled(metrics.upstream_retries_total, *labels).inc()
                     continue
+                taken = None
+                return response
         except asyncio.CancelledError:
             self.run(pool, pool.cancel(waiter.id, self.now()))
             raise
         finally:
             self.waiters.pop(waiter.id, None)
+            self._release(pool, waiter, taken)
+
+    def _release(self, pool: HostPool, waiter: Waiter, taken: int | None) -> None:
+        """A request leaves the engine without a response (an error, or its client left): give
+        back what the pool still counts as its. An assignment it never took up (its client left
+        as the decision arrived) frees the slot as it is: nothing was sent. One it took up whose
+        connection has not reported the end leaves that connection in an unknown state: it
+        takes nothing more. (Both are no-ops when the connection already reported.)"""
+        now = self.now()
+        while not waiter.mailbox.empty():
+            decision = waiter.mailbox.get_nowait()
+            if isinstance(decision, Assign) and decision.conn_id != taken:
+                self.run(pool, pool.request_done(decision.conn_id, waiter.id, now, reusable=True))
+        if taken is not None:
+            self.run(pool, pool.request_done(taken, waiter.id, now, reusable=False))
 
     def preconnect(self, route: Route, count: int, idle_timeout: float) -> int:
         """Have `count` connections to the route's destination ready before its requests

@@ -90,7 +90,9 @@ class ConnectionListener(Protocol):
     def lost(self, answered: list[int], *, graceful: bool = False) -> None:
         """The connection is gone, reported exactly once. `answered`: requests whose response had
         begun (they end with an error); every other request assigned to it got no byte.
-        `graceful`: the origin announced the close (Connection: close)."""
+        `graceful`: the close is no fault of the origin's: it announced it (Connection: close),
+        or a client abandoned its response; requests pipelined behind go again without counting
+        an attempt or marking the origin as one that breaks pipelines."""
 
 
 def end_to_end(headers: Headers) -> Headers:

@@ -37,6 +37,7 @@ class H1Response:
         self.trailers: Headers = []
         self.started = False  # a byte of this response has arrived
         self.ended = False
+        self.abandoned = False  # its client left while it waited in a pipeline
         self.keep_alive = True
         self.error: Exception | None = None
         self.turn = asyncio.Event()  # set when this exchange is at the front of the line
@@ -115,6 +116,11 @@ class H1Upstream:
                 # Head and body in one write: one segment (one TLS record) when they fit.
                 self.wire.write(head_and_body)
                 await self.wire.drain()
+        except asyncio.CancelledError:
+            # The client left while its request was being sent: the origin may have part of
+            # it, so the connection cannot carry on.
+            self._abandon(response)
+            raise
         except WireError as e:
             # The origin closed as we wrote. Responses it sent before are still in the buffer
             # for the requests ahead of this one; only this one is lost.
@@ -187,6 +193,10 @@ class H1Upstream:
         assert self.line and self.line[0] is response
         self.line.popleft()
         reusable = response.keep_alive and not self.closed
+        if self.line and self.line[0].abandoned:
+            self.listener.request_done(response.waiter_id, reusable)
+            self._lost(UpstreamError("a client abandoned its pipelined response"), graceful=True)
+            return
         if self.line:
             self.line[0].turn.set()
         self.listener.request_done(response.waiter_id, reusable)
@@ -199,12 +209,20 @@ class H1Upstream:
             )
 
     def _abandon(self, response: H1Response) -> None:
-        # A half-read response leaves the connection in an unknown place: it cannot be reused.
+        """Nobody will read `response`. A half-read (or half-sent) exchange leaves the connection
+        in an unknown place: it closes. One still waiting behind others in a pipeline lets them
+        finish first; the connection closes when its turn comes, and the requests behind it go
+        again elsewhere."""
+        if response.ended:
+            return
         response.ended = True
+        self.listener.request_done(response.waiter_id, False)
+        if response in self.line and self.line[0] is not response and not self.closed:
+            response.abandoned = True
+            return
         if response in self.line:
             self.line.remove(response)
-        self.listener.request_done(response.waiter_id, False)
-        self._lost(UpstreamError("a client abandoned its response"))
+        self._lost(UpstreamError("a client abandoned its response"), graceful=True)
 
     def _lost(self, error: Exception, *, graceful: bool = False) -> None:
         """Report the connection gone, once. Responses that had begun end with `error`; the

@@ -445,8 +445,9 @@ class HostPool:
         twice). The rest of what was in flight had begun its response: the driver ends it.
 
         `graceful`: the origin announced the close (`Connection: close` on its last response),
-        so requests pipelined behind it were expected to go unanswered: that neither counts as
-        an attempt nor as breaking pipelining."""
+        or the driver closed it for a client that abandoned its response, so requests pipelined
+        behind were expected to go unanswered: that neither counts as an attempt nor as
+        breaking pipelining."""
         conn = self._conns.get(conn_id)
         if conn is None:
             return []
