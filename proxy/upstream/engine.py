@@ -87,6 +87,17 @@ class Route:
     policy: str
     arm: str
 
+    @property
+    def pool_id(self) -> PoolId:
+        """Which pool serves the route: one per destination and set of limits, so that two
+        policies (two arms of an experiment) with different `upstream:` knobs for one origin
+        each get their own cap, queue and pipelining."""
+        return (self.key, self.limits)
+
+
+# A pool's identity: its destination and its limits.
+PoolId = tuple[PoolKey, PoolLimits]
+
 
 class Waiter:
     """One request's place in the pool: the pool's decisions about it arrive in `mailbox`."""
@@ -157,15 +168,15 @@ class ConnectionRecord:
 
 class Engine:
     def __init__(self, trust_bundle: Path | None) -> None:
-        self.pools: dict[PoolKey, HostPool] = {}
-        self.connections: dict[tuple[PoolKey, int], ConnectionRecord] = {}
+        self.pools: dict[PoolId, HostPool] = {}
+        self.connections: dict[tuple[HostPool, int], ConnectionRecord] = {}
         self.waiters: dict[int, Waiter] = {}
         self.sessions = SessionCache()
         self._contexts = {
             True: client_context(trust_bundle, [ALPN_H2, ALPN_H1]),
             False: client_context(trust_bundle, [ALPN_H1]),
         }
-        self._connect_timeouts: dict[PoolKey, float] = {}
+        self._connect_timeouts: dict[PoolId, float] = {}
         self._protocols: OrderedDict[PoolKey, Proto] = OrderedDict()
         self._warming: tuple[str, str] | None = None  # labels for warm Opens being run
         # Called with the route of a request that found no pool for its destination (an origin
@@ -201,7 +212,7 @@ class Engine:
         self.waiters[waiter.id] = waiter
         labels = (route.policy, route.arm)
         started = self.now()
-        first_sight = route.key not in self.pools
+        first_sight = route.pool_id not in self.pools
         pool = self._pool(route)
         # The connection of an assignment this request took up, until its response exists (from
         # then on the response reports its end): if the exchange fails or is cancelled on the
@@ -230,7 +241,7 @@ class Engine:
                 if isinstance(decision, Fail):
                     raise UpstreamError(f"{_describe(route.key)}: {decision.message}")
                 assert isinstance(decision, Assign), decision
-                record = self.connections.get((route.key, decision.conn_id))
+                record = self.connections.get((pool, decision.conn_id))
                 if record is None or record.upstream is None:
                     continue  # the connection vanished meanwhile; the pool re-decides
                 taken = decision.conn_id
@@ -299,18 +310,18 @@ class Engine:
                 record = ConnectionRecord(self, pool, action.conn_id)
                 if action.warm:
                     record.warm_for = self._warming
-                self.connections[(pool.key, action.conn_id)] = record
+                self.connections[(pool, action.conn_id)] = record
                 metrics.upstream_connections_active.inc()
                 self._spawn(self._connect(pool, record), f"connect {_describe(pool.key)}")
             elif isinstance(action, Close):
-                closing = self.connections.get((pool.key, action.conn_id))
+                closing = self.connections.get((pool, action.conn_id))
                 if closing is not None and closing.upstream is not None:
                     closing.upstream.close()
             elif isinstance(action, Retry):
                 pass  # counted where the request learns it went unanswered
             elif isinstance(action, (Assign, Reject, Fail)):
                 if isinstance(action, Assign):
-                    assigned_to = self.connections.get((pool.key, action.conn_id))
+                    assigned_to = self.connections.get((pool, action.conn_id))
                     if assigned_to is not None:
                         assigned_to.assigned.add(action.waiter_id)
                 waiter = self.waiters.get(action.waiter_id)
@@ -326,14 +337,14 @@ class Engine:
                     )
 
     def forget_connection(self, record: ConnectionRecord) -> None:
-        if self.connections.pop((record.pool.key, record.conn_id), None) is not None:
+        if self.connections.pop((record.pool, record.conn_id), None) is not None:
             metrics.upstream_connections_active.dec()
             if record.warm_for is not None and not record.warm_used:
                 labelled(metrics.preconnects_total, *record.warm_for, "unused").inc()
 
     async def _connect(self, pool: HostPool, record: ConnectionRecord) -> None:
         key = pool.key
-        route_timeout = self._connect_timeouts.get(key, 10.0)
+        route_timeout = self._connect_timeouts.get((key, pool.limits), 10.0)
         tls = None
         try:
             if key.scheme == "https":
@@ -374,16 +385,21 @@ class Engine:
     # plumbing
 
     def _pool(self, route: Route) -> HostPool:
-        pool = self.pools.get(route.key)
+        """The route's pool. After a reload that changes a policy's limits its requests go to a
+        new pool; the old one serves what it has in flight and closes its connections as they
+        fall idle."""
+        pool = self.pools.get(route.pool_id)
         if pool is None:
-            pool = self.pools[route.key] = HostPool(route.key, route.limits)
+            pool = self.pools[route.pool_id] = HostPool(route.key, route.limits)
             remembered = self._protocols.get(route.key)
             if remembered is not None:
                 pool.learned_proto = True
                 pool.known_h2 = remembered is Proto.H2
-        elif pool.limits != route.limits:
-            self.run(pool, pool.set_limits(route.limits, self.now()))
-        self._connect_timeouts[route.key] = route.connect_timeout
+            # What one pool learned about an origin that breaks pipelines holds for all.
+            pool.pipelining_broken = any(
+                other.pipelining_broken for other in self.pools.values() if other.key == route.key
+            )
+        self._connect_timeouts[route.pool_id] = route.connect_timeout
         return pool
 
     def _remember_protocol(self, key: PoolKey, proto: Proto) -> None:
@@ -401,16 +417,17 @@ class Engine:
         while True:
             await asyncio.sleep(TICK_SECONDS)
             now = self.now()
-            metrics.upstream_connections_per_host_max.set(
-                max((p.active_connections for p in self.pools.values()), default=0)
-            )
-            for key, pool in list(self.pools.items()):
+            per_host: dict[PoolKey, int] = {}
+            for pool in self.pools.values():
+                per_host[pool.key] = per_host.get(pool.key, 0) + pool.active_connections
+            metrics.upstream_connections_per_host_max.set(max(per_host.values(), default=0))
+            for pool_id, pool in list(self.pools.items()):
                 self.run(pool, pool.tick(now))
                 unused = pool.active_connections == 0 and pool.queued == 0 and pool.in_flight == 0
                 # An unused pool is dropped unless it remembers that its origin breaks pipelines.
                 if unused and not pool.pipelining_broken:
-                    del self.pools[key]
-                    self._connect_timeouts.pop(key, None)
+                    del self.pools[pool_id]
+                    self._connect_timeouts.pop(pool_id, None)
 
 
 def session_key(pool: HostPool) -> tuple[PoolKey, bool]:

@@ -9,87 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
-from collections.abc import AsyncIterator
 
 import pytest
 
-from proxy.upstream.engine import Engine, Route
-from proxy.upstream.exchange import UpstreamRequest, UpstreamResponse
-from proxy.upstream.pool import PoolKey, PoolLimits
-
-HOST = "127.0.0.91"
-
-
-class DelayingOrigin:
-    """HTTP/1.1 keep-alive origin answering requests in order: `GET /<s>/<name>` is answered
-    `name` after s seconds. Requests may be pipelined. Counts connections and requests."""
-
-    def __init__(self) -> None:
-        self.connections = 0
-        self.requests: list[str] = []
-        self.port = 0
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                target = head.split(b" ", 2)[1].decode()
-                self.requests.append(target)
-                _, delay, name = target.split("/")
-                await asyncio.sleep(float(delay))
-                body = name.encode()
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-                await writer.drain()
-        writer.close()
-
-
-@contextlib.asynccontextmanager
-async def running(limits: PoolLimits) -> AsyncIterator[tuple[Engine, Route, DelayingOrigin]]:
-    origin = DelayingOrigin()
-    server = await asyncio.start_server(origin.handle, HOST, 0)
-    origin.port = server.sockets[0].getsockname()[1]
-    engine = Engine(None)
-    engine.start()
-    route = Route(PoolKey("http", HOST, origin.port, None), limits, 5.0, 5.0, "p", "-")
-    try:
-        yield engine, route, origin
-    finally:
-        await engine.stop()
-        server.close()
-
-
-def limits(*, connections: int = 1, pipeline_depth: int = 0) -> PoolLimits:
-    return PoolLimits(connections, 100, 3.0, math.inf, pipeline_depth, False)
-
-
-def get(path: str) -> UpstreamRequest:
-    return UpstreamRequest(b"GET", b"http", HOST.encode(), path.encode(), [])
-
-
-async def body(response: UpstreamResponse) -> bytes:
-    parts = []
-    while chunk := await response.read():
-        parts.append(chunk)
-    return b"".join(parts)
-
-
-async def fetch(engine: Engine, route: Route, path: str) -> bytes:
-    return await body(await engine.exchange(route, get(path)))
-
-
-def in_flight(engine: Engine, route: Route) -> int:
-    pool = engine.pools.get(route.key)
-    return 0 if pool is None else pool.in_flight
-
-
-async def settled(engine: Engine, route: Route) -> int:
-    for _ in range(40):
-        if in_flight(engine, route) == 0:
-            break
-        await asyncio.sleep(0.05)
-    return in_flight(engine, route)
+from tests.proxy.upstream.inprocess import body, fetch, get, limits, running, settled
 
 
 @pytest.mark.asyncio
@@ -158,4 +81,4 @@ async def test_a_client_leaving_mid_pipeline_lets_the_responses_ahead_finish() -
         # The pipeline closed at the abandoned response; the request behind it went again.
         assert await asyncio.wait_for(last, 2) == b"last"
         assert await settled(engine, route) == 0
-        assert not engine.pools[route.key].pipelining_broken
+        assert not engine.pools[route.pool_id].pipelining_broken

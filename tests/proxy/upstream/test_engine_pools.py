@@ -1,0 +1,41 @@
+"""Which pool a request joins: one per destination and set of limits."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from proxy.upstream.engine import Route
+from tests.proxy.upstream.inprocess import fetch, limits, running
+
+
+@pytest.mark.asyncio
+async def test_two_arms_with_different_caps_on_one_origin_each_get_their_own_cap() -> None:
+    async with running(limits(connections=1)) as (engine, capped, origin):
+        wider = dataclasses.replace(capped, limits=limits(connections=3), policy="q")
+        assert wider.pool_id != capped.pool_id
+
+        async def load(route: Route, tag: str) -> list[bytes]:
+            return await asyncio.gather(*(fetch(engine, route, f"/0.2/{tag}{i}") for i in range(6)))
+
+        await load(capped, "a")
+        assert origin.most_open == 1  # the narrow arm alone never has more than its one
+        both = await asyncio.gather(load(capped, "a"), load(wider, "b"))
+        assert both == [[f"a{i}".encode() for i in range(6)], [f"b{i}".encode() for i in range(6)]]
+        # The wide arm used its three, the narrow one its one (each would otherwise follow the
+        # other's limits, as they did when pools were keyed by destination alone).
+        assert origin.most_open == 4
+        assert sorted(p.limits.max_connections for p in engine.pools.values()) == [1, 3]
+
+
+@pytest.mark.asyncio
+async def test_requests_under_equal_limits_share_one_pool_whatever_their_policy() -> None:
+    async with running(limits(connections=2)) as (engine, route, origin):
+        other = dataclasses.replace(route, policy="other", arm="x:y")
+        await asyncio.gather(
+            *(fetch(engine, r, f"/0.1/{i}") for i, r in enumerate([route, other] * 4))
+        )
+        assert len(engine.pools) == 1
+        assert origin.connections == 2
