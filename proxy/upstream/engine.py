@@ -133,10 +133,13 @@ class ConnectionRecord:
             self.pool.request_done(self.conn_id, waiter_id, self.engine.now(), reusable=reusable),
         )
 
-    def unanswered(self, waiter_ids: list[int]) -> None:
+    def unanswered(self, waiter_ids: list[int], *, never_sent: bool = False) -> None:
         self.assigned.difference_update(waiter_ids)
         self.engine.run(
-            self.pool, self.pool.requests_unanswered(self.conn_id, waiter_ids, self.engine.now())
+            self.pool,
+            self.pool.requests_unanswered(
+                self.conn_id, waiter_ids, self.engine.now(), never_sent=never_sent
+            ),
         )
 
     def max_streams_changed(self, max_streams: int) -> None:

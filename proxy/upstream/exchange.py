@@ -78,8 +78,10 @@ class ConnectionListener(Protocol):
     def request_done(self, waiter_id: int, reusable: bool) -> None:
         """The response ended (or was abandoned); `reusable` False: take no more on this one."""
 
-    def unanswered(self, waiter_ids: list[int]) -> None:
-        """These requests got no response byte and were not processed: send them elsewhere."""
+    def unanswered(self, waiter_ids: list[int], *, never_sent: bool = False) -> None:
+        """These requests got no response byte and were not processed: send them elsewhere.
+        `never_sent`: not a byte of them left (the connection was found closed first), so even
+        a non-idempotent one may go again."""
 
     def max_streams_changed(self, max_streams: int) -> None:
         """HTTP/2: the server changed how many streams it takes at once."""

@@ -82,6 +82,9 @@ class H1Upstream:
 
     async def exchange(self, waiter_id: int, request: UpstreamRequest) -> H1Response:
         if self.closed or self.wire.has_data_or_eof and not self.line:
+            # Found closed (the origin's keep-alive timeout, most often) before a byte left:
+            # any request, a POST too, can go again on another connection.
+            self.listener.unanswered([waiter_id], never_sent=True)
             self._lost(UpstreamError("closed by the origin while idle"))
             raise Unanswered("connection closed before the request was sent")
         response = H1Response(self, waiter_id, request.method)
@@ -103,7 +106,9 @@ class H1Upstream:
         except ValueError as e:
             raise UpstreamError(f"cannot forward the request: {e}") from None
         if self.closed or self.wire.is_closed:
-            raise self._unanswered(response, "connection closed before the request was sent")
+            raise self._unanswered(
+                response, "connection closed before the request was sent", never_sent=True
+            )
         self.line.append(response)
         if len(self.line) == 1:
             response.turn.set()
@@ -148,9 +153,12 @@ class H1Upstream:
         response.headers = list(event.headers)
         return response
 
-    def _unanswered(self, response: H1Response, reason: str) -> Unanswered:
-        """Report a request that never left (the pool sends it elsewhere); returns the error."""
-        self.listener.unanswered([response.waiter_id])
+    def _unanswered(
+        self, response: H1Response, reason: str, *, never_sent: bool = False
+    ) -> Unanswered:
+        """Report a request that got no answer (the pool sends it elsewhere if it may: any
+        request `never_sent`, else idempotent ones); returns the error."""
+        self.listener.unanswered([response.waiter_id], never_sent=never_sent)
         return Unanswered(reason)
 
     async def _send_streamed(self, head: bytes, request: UpstreamRequest) -> None:

@@ -156,6 +156,8 @@ class H2Upstream:
 
     async def exchange(self, waiter_id: int, request: UpstreamRequest) -> H2Response:
         if self.closed or self.goaway_received:
+            # Nothing of it left: whatever its method, it can go on another connection.
+            self.listener.unanswered([waiter_id], never_sent=True)
             raise Unanswered("connection closed before the request was sent")
         stream_id = self.h2.get_next_available_stream_id()
         response = H2Response(self, stream_id)

@@ -416,7 +416,7 @@ class HostPool:
         return self._settle(now)
 
     def requests_unanswered(
-        self, conn_id: int, waiter_ids: Sequence[int], now: float
+        self, conn_id: int, waiter_ids: Sequence[int], now: float, *, never_sent: bool = False
     ) -> list[Action]:
         """These requests got no response byte and were not processed: HTTP/2 streams refused
         or above a GOAWAY's last stream, or HTTP/1.1 requests that never left because the
@@ -424,7 +424,10 @@ class HostPool:
 
         An HTTP/2 connection lives on. An HTTP/1.1 one cannot refuse a single request and carry
         on, so it takes nothing more (its loss is reported later); and as those requests never
-        left, going again costs them no attempt."""
+        left, going again costs them no attempt.
+
+        `never_sent`: not a byte of these requests reached the origin, so non-idempotent ones go
+        again too (the rule is that no request is *sent* twice unless idempotent)."""
         conn = self._conns.get(conn_id)
         if conn is None:
             return []
@@ -432,7 +435,7 @@ class HostPool:
             conn.draining = conn.draining or CloseReason.SERVER_CLOSED
             for waiter_id in set(waiter_ids) & conn.in_flight.keys():
                 conn.in_flight[waiter_id].attempts -= 1
-        actions = self._take_back(conn, waiter_ids, now)
+        actions = self._take_back(conn, waiter_ids, now, never_sent=never_sent)
         if not conn.in_flight:
             conn.idle_since = now
         return actions + self._settle(now)
@@ -707,10 +710,12 @@ class HostPool:
             actions.append(Reject(waiter_id, RejectReason.CONNECT_FAILED))
         return actions + self._settle(now)
 
-    def _take_back(self, conn: _Connection, waiter_ids: Iterable[int], now: float) -> list[Action]:
+    def _take_back(
+        self, conn: _Connection, waiter_ids: Iterable[int], now: float, *, never_sent: bool = False
+    ) -> list[Action]:
         """Requests on `conn` that got no response: idempotent ones go again (in the order they
-        were sent, which is their queue order), others fail. Ids not in flight on it are
-        ignored."""
+        were sent, which is their queue order), others fail unless they were `never_sent`. Ids
+        not in flight on it are ignored."""
         actions: list[Action] = []
         again: list[_Waiter] = []
         named = set(waiter_ids)
@@ -718,7 +723,7 @@ class HostPool:
             waiter_id = waiter.waiter_id
             del conn.in_flight[waiter_id]
             del self._assigned[waiter_id]
-            if not waiter.idempotent:
+            if not waiter.idempotent and not never_sent:
                 actions.append(Fail(waiter_id, FailReason.CONNECTION_LOST))
             elif waiter.attempts >= MAX_ATTEMPTS:
                 actions.append(Fail(waiter_id, FailReason.RETRIES_EXHAUSTED))

@@ -15,10 +15,14 @@ HOST = "127.0.0.91"
 
 
 class DelayingOrigin:
-    """HTTP/1.1 keep-alive origin answering requests in order: `GET /<s>/<name>` is answered
-    `name` after s seconds. Requests may be pipelined. Counts connections and requests."""
+    """HTTP/1.1 keep-alive origin answering requests in order: `<METHOD> /<s>/<name>` is
+    answered `name` after s seconds. Requests may be pipelined (and have a Content-Length body).
+    Counts connections and requests (`METHOD /s/name`, or only the target for a GET). With
+    `close_after_response`, it closes each connection after its first response without saying
+    so — as an origin whose keep-alive timeout strikes just then."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, close_after_response: bool = False) -> None:
+        self.close_after_response = close_after_response
         self.connections = 0
         self.open = 0
         self.most_open = 0  # the most connections open at once
@@ -32,21 +36,28 @@ class DelayingOrigin:
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                target = head.split(b" ", 2)[1].decode()
-                self.requests.append(target)
+                method, target = head.decode().split(" ", 2)[:2]
+                self.requests.append(target if method == "GET" else f"{method} {target}")
+                for line in head.decode().lower().split("\r\n"):
+                    if line.startswith("content-length:"):
+                        await reader.readexactly(int(line.split(":")[1]))
                 _, delay, name = target.split("/")
                 await asyncio.sleep(float(delay))
                 body = name.encode()
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
                 await writer.drain()
+                if self.close_after_response:
+                    break
         self.open -= 1
         writer.close()
 
 
 @contextlib.asynccontextmanager
-async def running(limits: PoolLimits) -> AsyncIterator[tuple[Engine, Route, DelayingOrigin]]:
-    """An engine, a route under `limits` to a fresh DelayingOrigin, and the origin."""
-    origin = DelayingOrigin()
+async def running(
+    limits: PoolLimits, origin: DelayingOrigin | None = None
+) -> AsyncIterator[tuple[Engine, Route, DelayingOrigin]]:
+    """An engine, a route under `limits` to `origin` (a fresh DelayingOrigin), and the origin."""
+    origin = origin or DelayingOrigin()
     server = await asyncio.start_server(origin.handle, HOST, 0)
     origin.port = server.sockets[0].getsockname()[1]
     engine = Engine(None)

@@ -1,4 +1,5 @@
-"""Which pool a request joins: one per destination and set of limits."""
+"""Which pool and connection a request gets: a pool per destination and set of limits; a
+connection found closed before the request left is no reason to fail it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,16 @@ import dataclasses
 import pytest
 
 from proxy.upstream.engine import Route
-from tests.proxy.upstream.inprocess import fetch, limits, running
+from proxy.upstream.exchange import UpstreamRequest
+from tests.proxy.upstream.inprocess import (
+    HOST,
+    DelayingOrigin,
+    body,
+    fetch,
+    get,
+    limits,
+    running,
+)
 
 
 @pytest.mark.asyncio
@@ -38,4 +48,19 @@ async def test_requests_under_equal_limits_share_one_pool_whatever_their_policy(
             *(fetch(engine, r, f"/0.1/{i}") for i, r in enumerate([route, other] * 4))
         )
         assert len(engine.pools) == 1
+        assert origin.connections == 2
+
+
+@pytest.mark.asyncio
+async def test_a_post_whose_connection_turns_out_closed_before_it_left_goes_again() -> None:
+    closing = DelayingOrigin(close_after_response=True)
+    async with running(limits(), closing) as (engine, route, origin):
+        first = await engine.exchange(route, get("/0/first"))
+        await asyncio.sleep(0.2)  # the origin's close is in our buffer behind the response
+        assert await body(first) == b"first"
+        # The connection looked reusable (no Connection: close): the POST is handed it, finds
+        # it closed before writing a byte, and goes on a new connection rather than a 502.
+        post = UpstreamRequest(b"POST", b"http", HOST.encode(), b"/0/posted", [], body=b"form")
+        assert await body(await engine.exchange(route, post)) == b"posted"
+        assert origin.requests == ["/0/first", "POST /0/posted"]  # sent once
         assert origin.connections == 2

@@ -501,6 +501,25 @@ def test_an_unanswered_non_idempotent_request_fails_and_is_never_sent_again() ->
     assert pool.active_connections == 0 and pool.queued == 0
 
 
+def test_a_non_idempotent_request_that_never_left_goes_again() -> None:
+    pool = make(max_connections=2)
+    busy_h1(pool, 1)
+    assert pool.request(1, 0.0, idempotent=False) == [Open(2)]
+    assert pool.connection_ready(2, H1, 0.0) == [Assign(1, 2, NEW, 0.0)]
+    # Connection 2 was found closed before a byte of the POST left: it goes again.
+    assert pool.requests_unanswered(2, [1], 1.0, never_sent=True) == [
+        Retry(1),
+        Close(2, CloseReason.SERVER_CLOSED),
+        Open(3),
+    ]
+    # Sent, but unanswered: it fails (it may have been processed).
+    assert pool.connection_ready(3, H1, 1.0) == [Assign(1, 3, NEW, 0.0)]
+    assert pool.requests_unanswered(3, [1], 2.0) == [
+        Fail(1, FailReason.CONNECTION_LOST),
+        Close(3, CloseReason.SERVER_CLOSED),
+    ]
+
+
 def test_a_request_fails_after_max_attempts() -> None:
     pool = make()
     pool.request(1, 0.0, idempotent=True)
@@ -833,6 +852,7 @@ class PoolMachine(RuleBasedStateMachine):
         call: str,
         *,
         unanswered: list[int] | None = None,
+        never_sent: bool = False,
         new_waiter: int | None = None,
     ) -> None:
         """Check each action against the model as it stands, then apply it."""
@@ -917,7 +937,7 @@ class PoolMachine(RuleBasedStateMachine):
             elif isinstance(action, Retry):
                 waiter = self.waiters[action.waiter_id]
                 assert action.waiter_id in pending and waiter.status == "unanswered"
-                assert waiter.idempotent and waiter.attempts < MAX_ATTEMPTS
+                assert (waiter.idempotent or never_sent) and waiter.attempts < MAX_ATTEMPTS
                 pending.remove(action.waiter_id)
                 self.queue.insert(front, action.waiter_id)
                 front += 1
@@ -940,7 +960,7 @@ class PoolMachine(RuleBasedStateMachine):
                 else:
                     assert action.waiter_id in pending and waiter.status == "unanswered"
                     pending.remove(action.waiter_id)
-                    if waiter.idempotent:
+                    if waiter.idempotent or never_sent:
                         assert action.reason is FailReason.RETRIES_EXHAUSTED
                         assert waiter.attempts >= MAX_ATTEMPTS
                     else:
@@ -1057,8 +1077,8 @@ class PoolMachine(RuleBasedStateMachine):
         self.play(actions, "connection_lost", unanswered=unanswered)
 
     @precondition(lambda self: any(self.conns[c].in_flight for c in self.ready_conns()))
-    @rule(data=st.data())
-    def requests_unanswered(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), never_sent=st.booleans())
+    def requests_unanswered(self, data: st.DataObject, never_sent: bool) -> None:
         conn_id = data.draw(
             st.sampled_from([c for c in self.ready_conns() if self.conns[c].in_flight])
         )
@@ -1073,8 +1093,10 @@ class PoolMachine(RuleBasedStateMachine):
             self.waiters[w].status = "unanswered"
         if not conn.in_flight:
             conn.idle_since = self.now
-        actions = self.pool.requests_unanswered(conn_id, unanswered, self.now)
-        self.play(actions, "requests_unanswered", unanswered=unanswered)
+        actions = self.pool.requests_unanswered(
+            conn_id, unanswered, self.now, never_sent=never_sent
+        )
+        self.play(actions, "requests_unanswered", unanswered=unanswered, never_sent=never_sent)
 
     @precondition(lambda self: self.ready_conns())
     @rule(data=st.data())
