@@ -11,7 +11,8 @@ Two checks, both on IP addresses:
   mitmproxy's own lookup (DNS rebinding) is cut off before a byte is sent; the client gets a 502.
 
 Requests the upstream pool carries are checked here before they go to the pool; the pool's engine
-resolves and connects itself and checks its peer with `proxy.destinations.refusal`.
+resolves and connects itself and checks its peer with `proxy.destinations.refusal` (the runtime
+hands it this addon's `own` addresses), answering 403.
 """
 
 from __future__ import annotations

@@ -36,12 +36,13 @@ from proxy import metrics, mitm_patches
 from proxy.addresses import ListenAddress, Network
 from proxy.client_errors import DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_HEAD_BYTES
 from proxy.config import RunConfig
+from proxy.destinations import refusal
 from proxy.errors import ReshapeError
 from proxy.mitm_addons import proxy_addons
 from proxy.policy.chooser import PolicyChooser
 from proxy.policy.loader import load_policy_file
 from proxy.policy.reload import PolicyHolder
-from proxy.policy.schema import PolicyFile, UpstreamKnobs
+from proxy.policy.schema import DestinationKnobs, PolicyFile, UpstreamKnobs
 from proxy.policy.selection import label_values
 from proxy.request_log import RequestRecords
 from proxy.telemetry import Telemetry
@@ -140,6 +141,10 @@ class ProxyProcess:
             self.policy, own_addresses(listen, prepared.admin), self.telemetry.internal_addresses
         )
         self.master.addons.add(self.destinations)
+        # The pool's connections: checked on the address connected to, as mitmproxy's are.
+        self.engine.destination_refusal = lambda peer, knobs: refusal(
+            peer, knobs, self.destinations.own
+        )
         self.master.addons.add(RequestRecords(request_log))
         self.master.addons.add(
             Preconnect(self.engine, self.policy, self.route_for, confdir, shared=reuse_port)
@@ -186,7 +191,7 @@ class ProxyProcess:
         policy = self.policy.policy(header.policy)
         if policy is None or policy.upstream is None:
             return None
-        return route(header, policy.upstream)
+        return route(header, policy.upstream, policy.destinations)
 
     def _policy_changed(self, old: PolicyFile, new: PolicyFile) -> None:
         metrics.precreate(label_values(new))
@@ -270,7 +275,7 @@ def connection_strategy(policy_file: PolicyFile) -> str:
     return "lazy" if uses_pool(policy_file) else "eager"
 
 
-def route(header: RouteHeader, knobs: UpstreamKnobs) -> Route:
+def route(header: RouteHeader, knobs: UpstreamKnobs, destinations: DestinationKnobs) -> Route:
     return Route(
         key=PoolKey(header.scheme, header.host, header.port, header.sni),
         limits=PoolLimits(
@@ -285,6 +290,7 @@ def route(header: RouteHeader, knobs: UpstreamKnobs) -> Route:
         read_timeout=knobs.read_timeout,
         policy=header.policy,
         arm=header.arm,
+        destinations=destinations,
     )
 
 

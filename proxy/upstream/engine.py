@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from proxy import metrics
+from proxy.destinations import Reason, refusal_message
 from proxy.metrics import labelled
+from proxy.policy.schema import DestinationKnobs
 from proxy.upstream.exchange import Unanswered, UpstreamError, UpstreamRequest, UpstreamResponse
 from proxy.upstream.h1_upstream import H1Upstream
 from proxy.upstream.h2_upstream import H2Upstream
@@ -44,7 +46,7 @@ from proxy.upstream.pool import (
     Retry,
 )
 from proxy.upstream.tls import ALPN_H1, ALPN_H2, SessionCache, TlsClient, client_context
-from proxy.upstream.wire import Wire, WireError
+from proxy.upstream.wire import PeerCheck, PeerRefused, Wire, WireError
 
 log = logging.getLogger("reshape.upstream")
 
@@ -76,6 +78,12 @@ class FirstByteTimeout(UpstreamError):
     """The origin sent no response head within the route's read timeout: the client gets 504."""
 
 
+class DestinationRefused(UpstreamError):
+    """The connection reached an address the route's policy refuses (a name that resolved to an
+    allowed address when the request was checked, and to a refused one for the engine: DNS
+    rebinding): closed before a byte was sent; the client gets 403."""
+
+
 @dataclass(frozen=True)
 class Route:
     """Where a request goes and under which knobs, as the policy says."""
@@ -86,17 +94,20 @@ class Route:
     read_timeout: float
     policy: str
     arm: str
+    # Which addresses the policy lets its connections reach (checked on the connected peer).
+    destinations: DestinationKnobs = DestinationKnobs()
 
     @property
     def pool_id(self) -> PoolId:
         """Which pool serves the route: one per destination and set of limits, so that two
         policies (two arms of an experiment) with different `upstream:` knobs for one origin
-        each get their own cap, queue and pipelining."""
-        return (self.key, self.limits)
+        each get their own cap, queue and pipelining — and per set of destination knobs, so
+        that no request rides a connection its policy would have refused."""
+        return (self.key, self.limits, self.destinations)
 
 
-# A pool's identity: its destination and its limits.
-PoolId = tuple[PoolKey, PoolLimits]
+# A pool's identity: its destination, its limits and the addresses it may connect to.
+PoolId = tuple[PoolKey, PoolLimits, DestinationKnobs]
 
 
 class Waiter:
@@ -106,6 +117,8 @@ class Waiter:
         self.id = waiter_id
         self.route = route
         self.mailbox: asyncio.Queue[Action] = asyncio.Queue()
+        # Why the connection opened for it failed, when the pool rejects it for that.
+        self.connect_error: WireError | None = None
 
 
 class ConnectionRecord:
@@ -179,7 +192,14 @@ class Engine:
             True: client_context(trust_bundle, [ALPN_H2, ALPN_H1]),
             False: client_context(trust_bundle, [ALPN_H1]),
         }
-        self._connect_timeouts: dict[PoolId, float] = {}
+        # The latest route of each pool's requests: its connect timeout, destination knobs and
+        # labels apply to the pool's next connection.
+        self._routes: dict[HostPool, Route] = {}
+        # Set by the runtime: why a connection to this peer must not be used under these knobs
+        # (proxy.destinations.refusal with the proxy's own addresses), or None.
+        self.destination_refusal: (
+            Callable[[tuple[str, int], DestinationKnobs], Reason | None] | None
+        ) = None
         self._protocols: OrderedDict[PoolKey, Proto] = OrderedDict()
         self._warming: tuple[str, str] | None = None  # labels for warm Opens being run
         # Called with the route of a request that found no pool for its destination (an origin
@@ -240,7 +260,10 @@ class Engine:
                         raise QueueRejected(
                             decision.reason, max(1, math.ceil(route.limits.queue_timeout / 4))
                         )
-                    raise UpstreamError(f"could not connect to {_describe(route.key)}")
+                    if isinstance(waiter.connect_error, PeerRefused):
+                        raise DestinationRefused(str(waiter.connect_error))
+                    reason = f": {waiter.connect_error}" if waiter.connect_error else ""
+                    raise UpstreamError(f"could not connect to {_describe(route.key)}{reason}")
                 if isinstance(decision, Fail):
                     raise UpstreamError(f"{_describe(route.key)}: {decision.message}")
                 assert isinstance(decision, Assign), decision
@@ -347,7 +370,8 @@ class Engine:
 
     async def _connect(self, pool: HostPool, record: ConnectionRecord) -> None:
         key = pool.key
-        route_timeout = self._connect_timeouts.get((key, pool.limits), 10.0)
+        route = self._routes.get(pool)
+        route_timeout = route.connect_timeout if route is not None else 10.0
         tls = None
         try:
             if key.scheme == "https":
@@ -357,11 +381,24 @@ class Engine:
                     session=self.sessions.get(session_key(pool)),
                 )
             record.tls = tls
-            wire = await Wire.open(key.host, key.port, tls=tls, timeout=route_timeout)
+            wire = await Wire.open(
+                key.host,
+                key.port,
+                tls=tls,
+                timeout=route_timeout,
+                check_peer=self._peer_check(route) if route is not None else None,
+            )
         except (WireError, ssl.SSLError, ValueError) as e:
             log.warning("upstream %s: %s", _describe(key), e)
             self.forget_connection(record)
-            self.run(pool, pool.connection_failed(record.conn_id, self.now()))
+            actions = pool.connection_failed(record.conn_id, self.now())
+            for action in actions:
+                rejected = (
+                    self.waiters.get(action.waiter_id) if isinstance(action, Reject) else None
+                )
+                if rejected is not None:
+                    rejected.connect_error = e if isinstance(e, WireError) else WireError(str(e))
+            self.run(pool, actions)
             return
         if wire.alpn == ALPN_H2:
             h2_upstream = H2Upstream(wire, record)
@@ -402,8 +439,24 @@ class Engine:
             pool.pipelining_broken = any(
                 other.pipelining_broken for other in self.pools.values() if other.key == route.key
             )
-        self._connect_timeouts[route.pool_id] = route.connect_timeout
+        self._routes[pool] = route
         return pool
+
+    def _peer_check(self, route: Route) -> PeerCheck | None:
+        """The check of a new connection's peer address under the route's policy."""
+        refusal = self.destination_refusal
+        if refusal is None:
+            return None
+
+        def check(peer: tuple[str, int]) -> str | None:
+            reason = refusal(peer, route.destinations)
+            if reason is None:
+                return None
+            labelled(metrics.destinations_refused_total, route.policy, route.arm, reason).inc()
+            message = refusal_message(reason, peer[0], peer[1], route.policy, route.key.host)
+            return message.removeprefix("reshape: ") + " (after connecting)"
+
+        return check
 
     def _remember_protocol(self, key: PoolKey, proto: Proto) -> None:
         self._protocols[key] = proto
@@ -430,7 +483,7 @@ class Engine:
                 # An unused pool is dropped unless it remembers that its origin breaks pipelines.
                 if unused and not pool.pipelining_broken:
                     del self.pools[pool_id]
-                    self._connect_timeouts.pop(pool_id, None)
+                    self._routes.pop(pool, None)
 
 
 def session_key(pool: HostPool) -> tuple[PoolKey, bool]:

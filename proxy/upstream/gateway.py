@@ -25,7 +25,13 @@ from dataclasses import dataclass
 import h11
 
 from proxy.addresses import ListenAddress
-from proxy.upstream.engine import Engine, FirstByteTimeout, QueueRejected, Route
+from proxy.upstream.engine import (
+    DestinationRefused,
+    Engine,
+    FirstByteTimeout,
+    QueueRejected,
+    Route,
+)
 from proxy.upstream.exchange import (
     Headers,
     UpstreamError,
@@ -161,6 +167,9 @@ class Gateway:
             return
         except FirstByteTimeout as e:
             await _send_error(connection, writer, 504, str(e), "upstream_error")
+            return
+        except DestinationRefused as e:
+            await _send_error(connection, writer, 403, str(e), "rejected")
             return
         except UpstreamError as e:
             await _send_error(connection, writer, 502, str(e), "upstream_error")

@@ -24,9 +24,20 @@ class WireError(Exception):
     """The connection could not be made or broke."""
 
 
+class PeerRefused(WireError):
+    """Connected, but to an address the caller's `check_peer` refuses (the name resolved to a
+    forbidden address: DNS rebinding); closed before a byte was sent."""
+
+
+# Given the connected peer (ip, port), why the connection must not be used, or None.
+PeerCheck = Callable[[tuple[str, int]], str | None]
+
+
 class Wire(asyncio.Protocol):
-    def __init__(self, tls: TlsClient | None) -> None:
+    def __init__(self, tls: TlsClient | None, check_peer: PeerCheck | None = None) -> None:
         self.tls = tls
+        self.check_peer = check_peer
+        self.refused: str | None = None
         self.transport: asyncio.Transport | None = None
         self._chunks: collections.deque[bytes] = collections.deque()
         self._buffered = 0
@@ -40,16 +51,28 @@ class Wire(asyncio.Protocol):
         self.on_close: Callable[[], None] | None = None
 
     @classmethod
-    async def open(cls, host: str, port: int, *, tls: TlsClient | None, timeout: float) -> Wire:
+    async def open(
+        cls,
+        host: str,
+        port: int,
+        *,
+        tls: TlsClient | None,
+        timeout: float,
+        check_peer: PeerCheck | None = None,
+    ) -> Wire:
+        """Connect (and shake hands). `check_peer` vets the address actually connected to
+        before anything is sent, the TLS ClientHello included: PeerRefused if it objects."""
         loop = asyncio.get_running_loop()
         try:
             _, wire = await asyncio.wait_for(
-                loop.create_connection(lambda: cls(tls), host, port), timeout
+                loop.create_connection(lambda: cls(tls, check_peer), host, port), timeout
             )
         except TimeoutError:
             raise WireError(f"connect to {host}:{port} timed out after {timeout:g} s") from None
         except OSError as e:
             raise WireError(f"connect to {host}:{port} failed: {e.strerror or e}") from None
+        if wire.refused is not None:
+            raise PeerRefused(wire.refused)
         if tls is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(wire._handshake), timeout)
@@ -66,6 +89,13 @@ class Wire(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self.transport = typing.cast(asyncio.Transport, transport)
+        if self.check_peer is not None:
+            peer = self.transport.get_extra_info("peername")
+            self.refused = self.check_peer((peer[0], peer[1])) if peer else "no peer address"
+            if self.refused is not None:
+                self._handshake.cancel()  # never to be awaited
+                self.transport.abort()
+                return
         if self.tls is not None:
             self.transport.write(self.tls.start())
         else:

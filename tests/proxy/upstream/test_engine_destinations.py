@@ -1,0 +1,78 @@
+"""The pool's connections are checked on the address actually connected to (DNS rebinding): a
+refused peer is cut off before a byte is sent, and the client gets 403 from the gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+from prometheus_client import REGISTRY
+
+from proxy.addresses import ListenAddress
+from proxy.destinations import OwnAddresses, refusal
+from proxy.policy.schema import DestinationKnobs
+from proxy.upstream.engine import DestinationRefused, Engine
+from proxy.upstream.gateway import Gateway, RouteHeader
+from tests.proxy.upstream.inprocess import HOST, fetch, limits, running
+
+DENY_LOOPBACK = DestinationKnobs(loopback="deny")
+
+
+def refused_count(policy: str, reason: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "reshape_destinations_refused_total", {"policy": policy, "arm": "-", "reason": reason}
+    )
+    return value or 0.0
+
+
+def check_with(engine: Engine, own: OwnAddresses) -> None:
+    engine.destination_refusal = lambda peer, knobs: refusal(peer, knobs, own)
+
+
+@pytest.mark.asyncio
+async def test_a_peer_the_policy_refuses_gets_no_byte_of_the_request() -> None:
+    async with running(limits()) as (engine, route, origin):
+        check_with(engine, OwnAddresses())
+        denied = dataclasses.replace(route, destinations=DENY_LOOPBACK, policy="strict")
+        before = refused_count("strict", "loopback")
+        with pytest.raises(DestinationRefused, match=r"loopback .*strict.*after connecting"):
+            await fetch(engine, denied, "/0/secret")
+        assert refused_count("strict", "loopback") == before + 1
+        await asyncio.sleep(0.1)
+        assert origin.requests == []  # connected, then closed before the request was written
+        # The same origin under a policy that allows loopback is served.
+        assert await fetch(engine, route, "/0/fine") == b"fine"
+
+
+@pytest.mark.asyncio
+async def test_the_proxys_own_address_is_refused_whatever_the_policy() -> None:
+    async with running(limits()) as (engine, route, origin):
+        check_with(engine, OwnAddresses.of([ListenAddress(HOST, origin.port)]))
+        with pytest.raises(DestinationRefused, match="this proxy's own address"):
+            await fetch(engine, route, "/0/loop")
+        assert origin.requests == []
+
+
+@pytest.mark.asyncio
+async def test_the_gateway_answers_a_refused_peer_with_403() -> None:
+    async with running(limits()) as (engine, route, origin):
+        check_with(engine, OwnAddresses())
+        gateway = Gateway(
+            engine, lambda header: dataclasses.replace(route, destinations=DENY_LOOPBACK)
+        )
+        address = await gateway.start()
+        try:
+            header = RouteHeader("http", HOST, origin.port, None, HOST, "p", "-")
+            reader, writer = await asyncio.open_connection(address.host, address.port)
+            writer.write(
+                b"GET /0/x HTTP/1.1\r\nHost: g\r\nreshape-route: "
+                + header.encode(gateway.token).encode()
+                + b"\r\n\r\n"
+            )
+            head = await reader.readuntil(b"\r\n\r\n")
+            writer.close()
+        finally:
+            await gateway.stop()
+        assert head.startswith(b"HTTP/1.1 403 ")
+        assert b"reshape-outcome: rejected" in head
