@@ -13,10 +13,12 @@ from mitmproxy import http
 
 from proxy.addresses import ListenAddress
 from proxy.policy.chooser import selection_of
-from proxy.upstream.gateway import OUTCOME_HEADER, ROUTE_HEADER, RouteHeader
+from proxy.upstream.exchange import Assignment
+from proxy.upstream.gateway import ASSIGNMENT_HEADER, OUTCOME_HEADER, ROUTE_HEADER, RouteHeader
 
 POOLED = "reshape.pooled"
 OUTCOME = "reshape.outcome"
+ASSIGNMENT = "reshape.assignment"  # how the pool served it: an Assignment
 
 
 def _is_ip(host: str) -> bool:
@@ -73,3 +75,17 @@ class UpstreamPool:
             outcome = flow.response.headers.pop(OUTCOME_HEADER, None)
             if outcome:
                 flow.metadata[OUTCOME] = outcome
+            assignment = parse_assignment(flow.response.headers.pop(ASSIGNMENT_HEADER, ""))
+            if assignment is not None:
+                flow.metadata[ASSIGNMENT] = assignment
+
+
+def parse_assignment(value: str) -> Assignment | None:
+    """The gateway's `reshape-assignment` header, or None if absent or garbled."""
+    parts = value.split(" ")
+    if len(parts) != 3 or parts[1] not in ("0", "1"):
+        return None
+    try:
+        return Assignment(parts[0], parts[1] == "1", float(parts[2]))
+    except ValueError:
+        return None

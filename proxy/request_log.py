@@ -14,16 +14,15 @@ Fields:
 | `outcome` | `ok`, `upstream_error`, `client_aborted`, `rejected` (as `reshape_requests_total`) |
 | `transaction_seconds` | request ready → first response byte (as `reshape_transaction_seconds`) |
 | `pooled` | whether the shared upstream pool carried it |
-| `upstream_connection` | `new`, `reused`, `multiplexed` (mitmproxy's connections); pooled: null |
-| `queued`, `queue_seconds` | always null for now (see below) |
+| `upstream_connection` | `new`, `reused`, `multiplexed`; pooled also `pipelined`, `preconnected` |
+| `queued` | pooled: whether it waited for a connection; null for mitmproxy's connections |
+| `queue_seconds` | pooled: ready → connection assigned (`reshape_request_queue_seconds`) |
 | `bytes` | response body bytes relayed to the client |
 | `error` | mitmproxy's error text, null if none |
 
-Missing: for requests the shared pool carries, the engine (proxy/upstream/engine.py) counts
-queueing and the connection kind per arm in metrics but does not hand them back per request, so
-`queued`, `queue_seconds` and `upstream_connection` are null there; the report takes them from
-Prometheus (`--prometheus`). Giving them to the flow (e.g. a response header from the gateway,
-like `reshape-outcome`) would fill them.
+For requests the shared pool carries, the gateway hands the engine's assignment back on the
+response (`reshape-assignment`, taken off by addons/upstream_pool.py); a pooled request that got
+no response (503, 502) has null there.
 
 Writing costs little and is bounded: records are kept in memory and written at most once a second
 (or when 64 KB are waiting), each time with one `write()` of whole lines to a file opened with
@@ -49,13 +48,14 @@ from typing import Any
 
 from mitmproxy import connection, http
 
-from addons.upstream_pool import POOLED
+from addons.upstream_pool import ASSIGNMENT, POOLED
 from proxy import metrics
 from proxy.errors import UsageError
 from proxy.metrics import labelled
 from proxy.policy.chooser import selection_of
 from proxy.policy.selection import NO_ARM
 from proxy.telemetry import OUTCOME_OVERRIDE, ByteCounter, client_proto
+from proxy.upstream.exchange import Assignment
 
 log = logging.getLogger("reshape.request_log")
 
@@ -172,13 +172,16 @@ class RequestRecords:
         flow.metadata[_DONE] = True
         selection = selection_of(flow)
         pooled = bool(flow.metadata.get(POOLED))
-        kind = None if pooled else self._direct_connection_kind(flow)
-        if kind is not None:
+        assignment = flow.metadata.get(ASSIGNMENT) if pooled else None
+        kind = assignment.kind if assignment else None
+        if not pooled:
+            kind = self._direct_connection_kind(flow)
+        if kind is not None and not pooled:
             labelled(
                 metrics.direct_requests_total, selection.policy_name, selection.arm, kind
             ).inc()
         if self.file is not None:
-            self.file.append(record(flow, outcome, pooled, kind))
+            self.file.append(record(flow, outcome, pooled, kind, assignment))
 
     def _direct_connection_kind(self, flow: http.HTTPFlow) -> str | None:
         server = flow.server_conn
@@ -191,7 +194,13 @@ class RequestRecords:
         return "multiplexed" if server.alpn == b"h2" else "reused"
 
 
-def record(flow: http.HTTPFlow, outcome: str, pooled: bool, kind: str | None) -> dict[str, Any]:
+def record(
+    flow: http.HTTPFlow,
+    outcome: str,
+    pooled: bool,
+    kind: str | None,
+    assignment: Assignment | None = None,
+) -> dict[str, Any]:
     """The log line of a completed request (see the module docstring for the fields)."""
     selection = selection_of(flow)
     request, response = flow.request, flow.response
@@ -222,8 +231,8 @@ def record(flow: http.HTTPFlow, outcome: str, pooled: bool, kind: str | None) ->
         "transaction_seconds": transaction,
         "pooled": pooled,
         "upstream_connection": kind,
-        "queued": None,
-        "queue_seconds": None,
+        "queued": assignment.queued if assignment else None,
+        "queue_seconds": round(assignment.queue_seconds, 6) if assignment else None,
         "bytes": body_bytes,
         "error": str(flow.error) if flow.error else None,
     }

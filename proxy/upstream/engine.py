@@ -27,7 +27,13 @@ from proxy import metrics
 from proxy.destinations import Reason, refusal_message
 from proxy.metrics import labelled
 from proxy.policy.schema import DestinationKnobs
-from proxy.upstream.exchange import Unanswered, UpstreamError, UpstreamRequest, UpstreamResponse
+from proxy.upstream.exchange import (
+    Assignment,
+    Unanswered,
+    UpstreamError,
+    UpstreamRequest,
+    UpstreamResponse,
+)
 from proxy.upstream.h1_upstream import H1Upstream
 from proxy.upstream.h2_upstream import H2Upstream
 from proxy.upstream.pool import (
@@ -248,7 +254,8 @@ class Engine:
                 wanted = self.first_sight(route)
                 if wanted is not None:
                     self.preconnect(route, *wanted)
-            if waiter.mailbox.empty():
+            queued = waiter.mailbox.empty()
+            if queued:
                 labelled(metrics.requests_queued_total, *labels).inc()
             while True:
                 decision = await waiter.mailbox.get()
@@ -275,7 +282,9 @@ class Engine:
                 if decision.kind is AssignKind.PRECONNECTED and record.warm_for is not None:
                     record.warm_used = True
                     labelled(metrics.preconnects_total, *record.warm_for, "used").inc()
-                labelled(metrics.request_queue_seconds, *labels).observe(self.now() - started)
+                waited = self.now() - started
+                labelled(metrics.request_queue_seconds, *labels).observe(waited)
+                request.assignment = Assignment(decision.kind.value, queued, waited)
                 if request.body or request.body_stream is not None:
                     labelled(metrics.post_coalesced_total, *labels).inc()
                 try:

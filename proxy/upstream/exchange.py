@@ -38,6 +38,17 @@ class Unanswered(UpstreamError):
     """
 
 
+@dataclass(frozen=True)
+class Assignment:
+    """How the pool served a request: the connection kind (`new`, `reused`, `pipelined`,
+    `multiplexed`, `preconnected`), whether it had to wait, and for how long (ready → its
+    connection assigned)."""
+
+    kind: str
+    queued: bool
+    queue_seconds: float
+
+
 @dataclass
 class UpstreamRequest:
     method: bytes
@@ -50,6 +61,9 @@ class UpstreamRequest:
     # pipelined or retried.
     body_stream: AsyncIterator[bytes] | None = None
     trailers: Headers = field(default_factory=list)
+    # Filled in by the engine when the request goes out on a connection (the last one, if it
+    # went again).
+    assignment: Assignment | None = None
 
     @property
     def idempotent(self) -> bool:

@@ -33,6 +33,7 @@ from proxy.upstream.engine import (
     Route,
 )
 from proxy.upstream.exchange import (
+    Assignment,
     Headers,
     UpstreamError,
     UpstreamRequest,
@@ -44,6 +45,9 @@ log = logging.getLogger("reshape.upstream")
 
 ROUTE_HEADER = "reshape-route"
 OUTCOME_HEADER = "reshape-outcome"
+# On a response: how the pool served the request, `<kind> <queued 0|1> <queue seconds>` (for the
+# request log; addons/upstream_pool.py takes it off before the client sees it).
+ASSIGNMENT_HEADER = "reshape-assignment"
 # Request bodies up to this size are held whole, so the request can be retried and its head and
 # body leave in one write; larger ones stream to the origin (never retried, never pipelined).
 BUFFERED_BODY_LIMIT = 1 << 20
@@ -174,7 +178,14 @@ class Gateway:
         except UpstreamError as e:
             await _send_error(connection, writer, 502, str(e), "upstream_error")
             return
-        await _relay(connection, writer, response, route.read_timeout, request.method)
+        await _relay(
+            connection,
+            writer,
+            response,
+            route.read_timeout,
+            request.method,
+            upstream_request.assignment,
+        )
 
 
 async def _unless_client_leaves(
@@ -277,6 +288,7 @@ async def _relay(
     response: UpstreamResponse,
     read_timeout: float,
     method: bytes,
+    assignment: Assignment | None = None,
 ) -> None:
     """Stream the origin's response to mitmproxy, trailers included (mitm_patches makes
     mitmproxy read them). An origin silent for `read_timeout` mid-body is cut off.
@@ -286,12 +298,17 @@ async def _relay(
     field) the length is dropped so they fit. Otherwise trailers after a body with a length have
     no place on HTTP/1.1 and stay behind.
     """
-    headers = end_to_end(response.headers)
+    # The gateway's own fields are never the origin's to set.
+    ours = (OUTCOME_HEADER.encode(), ASSIGNMENT_HEADER.encode())
+    headers = [(n, v) for n, v in end_to_end(response.headers) if n.lower() not in ours]
     announced = any(name.lower() == b"trailer" for name, _ in response.headers)
     if announced and response.http_version == "HTTP/2":
         headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]
     bodiless = method == b"HEAD" or response.status in (204, 304)
     chunked = not bodiless and not any(name.lower() == b"content-length" for name, _ in headers)
+    if assignment is not None:
+        value = f"{assignment.kind} {int(assignment.queued)} {assignment.queue_seconds:.6f}"
+        headers.append((ASSIGNMENT_HEADER.encode(), value.encode()))
     try:
         writer.write(
             connection.send(

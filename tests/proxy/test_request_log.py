@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 from mitmproxy.test import tflow
 
+from addons.upstream_pool import parse_assignment
 from bench.labkit.origins import Origin, nginx_origin
 from proxy.errors import UsageError
 from proxy.policy.chooser import PolicyChooser
 from proxy.policy.loader import parse_policy_text
 from proxy.request_log import RequestLogFile, RequestRecords, record
+from proxy.upstream.exchange import Assignment
 from tests.conftest import StartProxy
 
 POLICY = parse_policy_text("version: 1\ndefault: a\npolicies: {a: {}}\n", Path("p.yaml"))
@@ -95,3 +97,63 @@ def test_workers_append_every_request_to_one_file(
     assert kinds.count("new") == 12 and kinds.count("reused") == 12
     assert [r["status"] for r in records if r["status"] != 200] == [404]
     assert proxy.metric("reshape_direct_requests_total", connection="new") == 13
+
+
+@pytest.mark.slow
+def test_pooled_requests_log_their_queueing_and_connection_kind(
+    start_reshape: StartProxy, origin: Origin, tmp_path: Path
+) -> None:
+    log = tmp_path / "requests.jsonl"
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "version: 1\ndefault: p\npolicies:\n  p: {upstream: {max_connections_per_host: 1}}\n"
+    )
+    proxy = start_reshape("--request-log", str(log), policy=policy)
+    url = f"http://{origin.host}:{origin.port}/page.txt"
+    # Four transfers at once from four connections: with one origin connection, three wait.
+    result = subprocess.run(
+        [
+            "curl",
+            "-sS",
+            "--parallel",
+            "--parallel-immediate",
+            "--max-time",
+            "20",
+            "--proxy",
+            proxy.proxy_url,
+            *[url] * 4,
+            "-o",
+            "/dev/null",
+            "-o",
+            "/dev/null",
+            "-o",
+            "/dev/null",
+            "-o",
+            "/dev/null",
+        ],
+        capture_output=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(log.read_text().splitlines()) < 4:
+        time.sleep(0.2)
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(records) == 4 and all(r["pooled"] and r["status"] == 200 for r in records)
+    assert sorted(r["upstream_connection"] for r in records) == [
+        "new",
+        "reused",
+        "reused",
+        "reused",
+    ]
+    assert all(isinstance(r["queue_seconds"], float) for r in records)
+    waited = [r for r in records if r["queued"]]
+    assert len(waited) >= 1 and all(r["queue_seconds"] > 0 for r in waited)
+    assert len(waited) == proxy.metric("reshape_requests_queued_total")
+
+
+def test_the_gateways_assignment_header_is_parsed_strictly() -> None:
+    assert parse_assignment("reused 1 0.012500") == Assignment("reused", True, 0.0125)
+    assert parse_assignment("new 0 0.000100") == Assignment("new", False, 0.0001)
+    for garbled in ("", "new", "new 2 0.1", "new 1 soon", "new 1 0.1 extra"):
+        assert parse_assignment(garbled) is None
