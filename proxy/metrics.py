@@ -22,7 +22,7 @@ from proxy.client_family import CLIENT_FAMILIES
 prometheus_client.disable_created_metrics()
 
 CLIENT_PROTOS = ("h1", "h2")
-OUTCOMES = ("ok", "upstream_error", "client_aborted", "rejected")
+OUTCOMES = ("ok", "upstream_error", "client_aborted", "client_error", "rejected")
 UPSTREAM_PROTOS = ("h1", "h2")
 CONNECTION_KINDS = ("new", "reused", "pipelined", "multiplexed", "preconnected")
 REJECT_REASONS = ("queue_full", "queue_timeout")

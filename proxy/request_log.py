@@ -11,7 +11,7 @@ Fields:
 | `client_proto` | `h1` or `h2` |
 | `method`, `scheme`, `host` | as the client asked (before the upstream pool re-addresses it) |
 | `status` | response status, null if none |
-| `outcome` | `ok`, `upstream_error`, `client_aborted`, `rejected` (as `reshape_requests_total`) |
+| `outcome` | `ok`, `upstream_error`, `client_aborted`, `client_error`, `rejected` |
 | `transaction_seconds` | request ready → first response byte (as `reshape_transaction_seconds`) |
 | `pooled` | whether the shared upstream pool carried it |
 | `upstream_connection` | `new`, `reused`, `multiplexed`; pooled also `pipelined`, `preconnected` |
@@ -54,7 +54,7 @@ from proxy.errors import UsageError
 from proxy.metrics import labelled
 from proxy.policy.chooser import selection_of
 from proxy.policy.selection import NO_ARM
-from proxy.telemetry import OUTCOME_OVERRIDE, ByteCounter, client_proto
+from proxy.telemetry import OUTCOME_OVERRIDE, ByteCounter, client_proto, error_outcome
 from proxy.upstream.exchange import Assignment
 
 log = logging.getLogger("reshape.request_log")
@@ -163,8 +163,7 @@ class RequestRecords:
         self._finish(flow, flow.metadata.get(OUTCOME_OVERRIDE, "ok"))
 
     def error(self, flow: http.HTTPFlow) -> None:
-        client_gone = flow.client_conn.timestamp_end is not None
-        self._finish(flow, "client_aborted" if client_gone else "upstream_error")
+        self._finish(flow, error_outcome(flow))
 
     def _finish(self, flow: http.HTTPFlow, outcome: str) -> None:
         if _DONE in flow.metadata or _ASKED not in flow.metadata:

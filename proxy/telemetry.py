@@ -12,6 +12,7 @@ from mitmproxy.proxy import server_hooks
 from mitmproxy.proxy.layers import tls
 
 from proxy import metrics
+from proxy.client_errors import classify_flow_error
 from proxy.metrics import labelled
 from proxy.policy.chooser import selection_of
 
@@ -44,6 +45,16 @@ SMALL_BODY = 64 * 1024
 
 BYTE_COUNTER = "reshape.byte_counter"  # the ByteCounter a streamed response passes through
 OUTCOME_OVERRIDE = "reshape.outcome"  # set by addons that answer for the origin (e.g. a 503)
+
+
+def error_outcome(flow: http.HTTPFlow) -> str:
+    """How a request that ended in an error ended: `client_error` (bad input, refused: counted by
+    kind in reshape_client_errors_total), `client_aborted` (its client left) or
+    `upstream_error`."""
+    request_complete = flow.request.timestamp_end is not None
+    if flow.error is not None and classify_flow_error(flow.error.msg, request_complete):
+        return "client_error"
+    return "client_aborted" if flow.client_conn.timestamp_end is not None else "upstream_error"
 
 
 class Telemetry:
@@ -122,9 +133,8 @@ class Telemetry:
         self._finish(flow, flow.metadata.get(OUTCOME_OVERRIDE, "ok"))
 
     def error(self, flow: http.HTTPFlow) -> None:
-        client_gone = flow.client_conn.timestamp_end is not None
-        outcome = "client_aborted" if client_gone else "upstream_error"
-        if not client_gone:
+        outcome = error_outcome(flow)
+        if outcome == "upstream_error":
             log.warning(
                 "%s %s failed: %s", flow.request.method, flow.request.pretty_url, flow.error
             )

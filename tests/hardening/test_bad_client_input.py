@@ -164,6 +164,9 @@ def test_bad_requests_are_refused_counted_and_never_forwarded(
             break
         time.sleep(0.1)
     assert counted == expected
+    # Refused bad requests are the client's fault, not the origin's: request outcomes agree.
+    assert proxy.metric("reshape_requests_total", outcome="upstream_error") == 0
+    assert proxy.metric("reshape_requests_total", outcome="client_error") >= expected["smuggling"]
     assert "Traceback" not in proxy.log()
     assert "mitmproxy has crashed" not in proxy.log()
 
