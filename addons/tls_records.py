@@ -7,7 +7,8 @@ it, before any record could have been sized otherwise. Later requests on the con
 whatever policy, do not change it. Under `side: both`, each TLS connection mitmproxy opens to an
 origin for that client connection is sized the same way, with a warm-up of its own (mitmproxy's
 origin connections belong to one client connection). Requests sent through the shared pool
-(`upstream:`) leave on the pool's connections, which this addon does not write.
+(`upstream:`) leave on the pool's connections, which this addon does not write: the engine sizes
+those itself under `side: both` (proxy/upstream/wire.py, same sizer, same metrics).
 
 mitm_patches.size_tls_records calls `record_sizes` for every TLS write.
 """

@@ -42,7 +42,7 @@ from proxy.mitm_addons import proxy_addons
 from proxy.policy.chooser import PolicyChooser
 from proxy.policy.loader import load_policy_file
 from proxy.policy.reload import PolicyHolder
-from proxy.policy.schema import DestinationKnobs, PolicyFile, UpstreamKnobs
+from proxy.policy.schema import DestinationKnobs, PolicyFile, TlsRecordKnobs, UpstreamKnobs
 from proxy.policy.selection import label_values
 from proxy.request_log import RequestRecords
 from proxy.telemetry import Telemetry
@@ -191,7 +191,13 @@ class ProxyProcess:
         policy = self.policy.policy(header.policy)
         if policy is None or policy.upstream is None:
             return None
-        return route(header, policy.upstream, policy.destinations)
+        records = policy.tls_records
+        return route(
+            header,
+            policy.upstream,
+            policy.destinations,
+            records if records is not None and records.side == "both" else None,
+        )
 
     def _policy_changed(self, old: PolicyFile, new: PolicyFile) -> None:
         metrics.precreate(label_values(new))
@@ -275,7 +281,12 @@ def connection_strategy(policy_file: PolicyFile) -> str:
     return "lazy" if uses_pool(policy_file) else "eager"
 
 
-def route(header: RouteHeader, knobs: UpstreamKnobs, destinations: DestinationKnobs) -> Route:
+def route(
+    header: RouteHeader,
+    knobs: UpstreamKnobs,
+    destinations: DestinationKnobs,
+    records: TlsRecordKnobs | None = None,
+) -> Route:
     return Route(
         key=PoolKey(header.scheme, header.host, header.port, header.sni),
         limits=PoolLimits(
@@ -291,6 +302,7 @@ def route(header: RouteHeader, knobs: UpstreamKnobs, destinations: DestinationKn
         policy=header.policy,
         arm=header.arm,
         destinations=destinations,
+        records=records,
     )
 
 

@@ -26,7 +26,8 @@ from typing import Any
 from proxy import metrics
 from proxy.destinations import Reason, refusal_message
 from proxy.metrics import labelled
-from proxy.policy.schema import DestinationKnobs
+from proxy.policy.schema import DestinationKnobs, TlsRecordKnobs
+from proxy.record_sizing import sizer_for
 from proxy.upstream.exchange import (
     Assignment,
     Unanswered,
@@ -102,18 +103,23 @@ class Route:
     arm: str
     # Which addresses the policy lets its connections reach (checked on the connected peer).
     destinations: DestinationKnobs = DestinationKnobs()
+    # How to size the TLS records of its connections (a policy's `tls_records` with `side:
+    # both`); None: OpenSSL's full records.
+    records: TlsRecordKnobs | None = None
 
     @property
     def pool_id(self) -> PoolId:
         """Which pool serves the route: one per destination and set of limits, so that two
         policies (two arms of an experiment) with different `upstream:` knobs for one origin
-        each get their own cap, queue and pipelining — and per set of destination knobs, so
-        that no request rides a connection its policy would have refused."""
-        return (self.key, self.limits, self.destinations)
+        each get their own cap, queue and pipelining — and per set of destination and record
+        knobs, so that no request rides a connection its policy would have refused or sized
+        otherwise."""
+        return (self.key, self.limits, self.destinations, self.records)
 
 
-# A pool's identity: its destination, its limits and the addresses it may connect to.
-PoolId = tuple[PoolKey, PoolLimits, DestinationKnobs]
+# A pool's identity: its destination, its limits, the addresses it may connect to and how its
+# TLS records are sized.
+PoolId = tuple[PoolKey, PoolLimits, DestinationKnobs, TlsRecordKnobs | None]
 
 
 class Waiter:
@@ -396,6 +402,7 @@ class Engine:
                 tls=tls,
                 timeout=route_timeout,
                 check_peer=self._peer_check(route) if route is not None else None,
+                sizer=sizer_for(route.records) if route is not None else None,
             )
         except (WireError, ssl.SSLError, ValueError) as e:
             log.warning("upstream %s: %s", _describe(key), e)

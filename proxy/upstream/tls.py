@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import ssl
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from proxy.record_sizing import slices
 
 ALPN_H2 = "h2"
 ALPN_H1 = "http/1.1"
@@ -112,14 +115,15 @@ class TlsClient:
             chunks.append(chunk)
         return b"".join(chunks), self._outgoing.read()
 
-    def send(self, plaintext: bytes, *, record_size: int | None = None) -> bytes:
-        """Encrypt. Each SSL write of at most `record_size` bytes becomes one TLS record."""
-        if record_size is None or len(plaintext) <= record_size:
+    def send(self, plaintext: bytes, *, sizes: Sequence[int] | None = None) -> bytes:
+        """Encrypt: one TLS record per entry of `sizes` (they add up to the plaintext's length;
+        each SSL write of at most 16,384 bytes becomes exactly one record), or OpenSSL's own
+        full records."""
+        if sizes is None or len(sizes) <= 1:
             self._ssl.write(plaintext)
         else:
-            view = memoryview(plaintext)
-            for start in range(0, len(plaintext), record_size):
-                self._ssl.write(view[start : start + record_size])
+            for piece in slices(plaintext, sizes):
+                self._ssl.write(piece)
         return self._outgoing.read()
 
     def close(self) -> bytes:

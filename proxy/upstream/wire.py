@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import time
 import typing
 from collections.abc import Callable
 
+from proxy import metrics
+from proxy.record_sizing import RecordSizer
 from proxy.upstream.tls import TlsClient, TlsError
 
 HIGH_WATER = 512 * 1024
@@ -34,8 +37,15 @@ PeerCheck = Callable[[tuple[str, int]], str | None]
 
 
 class Wire(asyncio.Protocol):
-    def __init__(self, tls: TlsClient | None, check_peer: PeerCheck | None = None) -> None:
+    def __init__(
+        self,
+        tls: TlsClient | None,
+        check_peer: PeerCheck | None = None,
+        sizer: RecordSizer | None = None,
+    ) -> None:
         self.tls = tls
+        # Sizes this connection's TLS records (a policy's `tls_records` with `side: both`).
+        self.sizer = sizer if tls is not None else None
         self.check_peer = check_peer
         self.refused: str | None = None
         self.transport: asyncio.Transport | None = None
@@ -59,13 +69,14 @@ class Wire(asyncio.Protocol):
         tls: TlsClient | None,
         timeout: float,
         check_peer: PeerCheck | None = None,
+        sizer: RecordSizer | None = None,
     ) -> Wire:
         """Connect (and shake hands). `check_peer` vets the address actually connected to
         before anything is sent, the TLS ClientHello included: PeerRefused if it objects."""
         loop = asyncio.get_running_loop()
         try:
             _, wire = await asyncio.wait_for(
-                loop.create_connection(lambda: cls(tls, check_peer), host, port), timeout
+                loop.create_connection(lambda: cls(tls, check_peer, sizer), host, port), timeout
             )
         except TimeoutError:
             raise WireError(f"connect to {host}:{port} timed out after {timeout:g} s") from None
@@ -182,12 +193,16 @@ class Wire(asyncio.Protocol):
     def is_closed(self) -> bool:
         return self.transport is None or self.transport.is_closing() or self._eof
 
-    def write(self, data: bytes, *, record_size: int | None = None) -> None:
-        """Write `data` at once: one TLS record per `record_size` bytes, one segment if it fits."""
+    def write(self, data: bytes) -> None:
+        """Write `data` at once: one segment if it fits; in TLS records as the sizer says."""
         if self.transport is None or self.transport.is_closing():
             raise WireError("connection closed")
         if self.tls is not None:
-            data = self.tls.send(data, record_size=record_size)
+            sizes = None
+            if self.sizer is not None:
+                sizes = self.sizer.next_sizes(len(data), time.monotonic())
+                metrics.observe_tls_records("origin", sizes, self.sizer.small_bytes)
+            data = self.tls.send(data, sizes=sizes)
         self.transport.write(data)
 
     async def drain(self) -> None:

@@ -74,13 +74,17 @@ def test_wrong_name_is_refused(pki: OriginPKI) -> None:
         handshake(client, server_context(pki, [ALPN_H1]))
 
 
-def test_record_size_slices_writes_into_records(pki: OriginPKI) -> None:
+def test_sizes_slice_writes_into_records(pki: OriginPKI) -> None:
     client = TlsClient(client_context(pki.ca_cert_path, [ALPN_H1]), "origin.test")
     handshake(client, server_context(pki, [ALPN_H1]))
-    sliced = client.send(b"x" * 10_000, record_size=1000)
+    sliced = client.send(b"x" * 10_000, sizes=[1000] * 9 + [1000])
+    uneven = client.send(b"x" * 10_000, sizes=[1400, 8600])
     whole = client.send(b"x" * 10_000)
     assert _records(sliced) == 10
+    assert _records(uneven) == 2
     assert _records(whole) == 1
+    with pytest.raises(ValueError, match="add up"):
+        client.send(b"x" * 100, sizes=[10, 10])
 
 
 def _records(data: bytes) -> int:
