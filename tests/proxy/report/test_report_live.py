@@ -11,7 +11,6 @@ origin connection, with it almost none do.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import time
@@ -23,9 +22,9 @@ import httpx
 import pytest
 
 from bench.labkit.origins import Origin, nginx_origin
-from tests.conftest import REPO, RESHAPE, StartProxy, free_port, http_get
+from tests.conftest import REPO, RESHAPE, StartProxy
+from tests.prometheus import Prometheus
 
-PROMETHEUS = "/usr/bin/prometheus"
 USERS = 80
 REQUESTS_PER_USER = 2
 
@@ -59,39 +58,6 @@ def origin(tmp_path: Path) -> Iterator[Origin]:
         yield running
 
 
-def start_prometheus(tmp_path: Path, target: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        f"  - job_name: reshape\n    static_configs: [{{targets: ['{target}']}}]\n"
-    )
-    log = (tmp_path / "prometheus.log").open("wb")
-    process = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if http_get(f"{url}/-/ready", timeout=1)[0] == 200:
-                return process, url
-        except OSError:
-            pass
-        time.sleep(0.2)
-    process.kill()
-    process.wait()
-    pytest.fail(f"prometheus did not start:\n{(tmp_path / 'prometheus.log').read_text()}")
-
-
 def fetch(proxy_url: str, url: str, header: str, user: int) -> int:
     with httpx.Client(proxy=proxy_url, timeout=20) as client:  # a fresh client connection
         response = client.get(url, headers={header: f"user-{user}"})
@@ -113,11 +79,8 @@ def connections_p(text: str) -> float:
     return float(match.group(1))
 
 
-def scraped_requests(url: str, experiment: str) -> float:
-    query = f'sum(reshape_requests_total{{arm=~"{experiment}:.*"}})'
-    status, body = http_get(f"{url}/api/v1/query?query={query.replace(' ', '%20')}")
-    result = json.loads(body)["data"]["result"] if status == 200 else []
-    return float(result[0]["value"][1]) if result else 0.0
+def scraped_requests(prometheus: Prometheus, experiment: str) -> float:
+    return prometheus.value(f'sum(reshape_requests_total{{arm=~"{experiment}:.*"}})')
 
 
 @pytest.mark.slow
@@ -128,7 +91,8 @@ def test_report_finds_the_planted_difference_and_none_in_a_a(
     policy.write_text(POLICY)
     request_log = tmp_path / "requests.jsonl"
     proxy = start_reshape("--request-log", str(request_log), policy=policy)
-    prometheus, prometheus_url = start_prometheus(tmp_path, proxy.admin)
+    prometheus = Prometheus(tmp_path, proxy.admin)
+    prometheus_url = prometheus.url
     try:
         url = f"http://{origin.host}:{origin.port}/page.txt"
         jobs = [
@@ -143,7 +107,7 @@ def test_report_finds_the_planted_difference_and_none_in_a_a(
         expected = USERS * REQUESTS_PER_USER
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            if all(scraped_requests(prometheus_url, e) >= expected for e in ("planted", "aa")):
+            if all(scraped_requests(prometheus, e) >= expected for e in ("planted", "aa")):
                 break
             time.sleep(0.5)
         else:
@@ -167,5 +131,4 @@ def test_report_finds_the_planted_difference_and_none_in_a_a(
         assert requests and int(requests[1]) + int(requests[2]) == expected, planted
         assert connections_p(planted) < 0.01, planted
     finally:
-        prometheus.terminate()
-        prometheus.wait(10)
+        prometheus.stop()
