@@ -98,6 +98,22 @@ def _parser() -> argparse.ArgumentParser:
         help="a client must send each request head within S seconds, else 408 "
         "(default %(default)s)",
     )
+    run.add_argument(
+        "--origin-connect-timeout",
+        type=float,
+        default=defaults.DEFAULT_ORIGIN_CONNECT_TIMEOUT,
+        metavar="S",
+        help="policies without upstream: (mitmproxy's own origin connections) give up "
+        "connecting after S seconds, 502 (default %(default)s; pooled: the policy's)",
+    )
+    run.add_argument(
+        "--origin-read-timeout",
+        type=float,
+        default=defaults.DEFAULT_ORIGIN_READ_TIMEOUT,
+        metavar="S",
+        help="policies without upstream: wait S seconds for a response head, then 504 "
+        "(default %(default)s; pooled: the policy's)",
+    )
 
     ca = commands.add_parser("ca", help="the interception CA")
     ca_commands = ca.add_subparsers(dest="ca_command", required=True, metavar="ACTION")
@@ -158,10 +174,10 @@ def _confdir(parser: argparse.ArgumentParser) -> None:
 def run_config(args: argparse.Namespace) -> RunConfig:
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")
-    if not args.client_header_timeout > 0:
-        raise UsageError(
-            f"--client-header-timeout must be positive, got {args.client_header_timeout}"
-        )
+    for option in ("client_header_timeout", "origin_connect_timeout", "origin_read_timeout"):
+        if not getattr(args, option) > 0:
+            flag = "--" + option.replace("_", "-")
+            raise UsageError(f"{flag} must be positive, got {getattr(args, option)}")
     if args.drain_seconds < 0:
         raise UsageError(f"--drain-seconds must not be negative, got {args.drain_seconds}")
     listen = parse_listen_address(args.listen, option="--listen")
@@ -193,6 +209,8 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         request_log=args.request_log,
         users=users,
         client_header_timeout=args.client_header_timeout,
+        origin_connect_timeout=args.origin_connect_timeout,
+        origin_read_timeout=args.origin_read_timeout,
     )
 
 

@@ -7,6 +7,11 @@ from pathlib import Path
 
 from proxy.addresses import ListenAddress, Network
 from proxy.client_errors import DEFAULT_HEADER_TIMEOUT
+from proxy.policy.schema import UpstreamKnobs
+
+# mitmproxy's own origin connections (policies without `upstream:`) get the pool's defaults.
+DEFAULT_ORIGIN_CONNECT_TIMEOUT = UpstreamKnobs().connect_timeout
+DEFAULT_ORIGIN_READ_TIMEOUT = UpstreamKnobs().read_timeout
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 DEFAULT_ADMIN = "127.0.0.1:9464"
@@ -32,3 +37,7 @@ class RunConfig:
     users: Path | None = None
     # A client must finish each request head within this many seconds (408 and close).
     client_header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    # mitmproxy's own origin connections: connect (else 502) and response-head (else 504)
+    # timeouts; pooled requests take theirs from their policy's `upstream:`.
+    origin_connect_timeout: float = DEFAULT_ORIGIN_CONNECT_TIMEOUT
+    origin_read_timeout: float = DEFAULT_ORIGIN_READ_TIMEOUT

@@ -35,7 +35,7 @@ from certs.authority import CertificateAuthority, init_ca
 from proxy import metrics, mitm_patches
 from proxy.addresses import ListenAddress, Network
 from proxy.client_errors import DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_HEAD_BYTES
-from proxy.config import RunConfig
+from proxy.config import DEFAULT_ORIGIN_CONNECT_TIMEOUT, DEFAULT_ORIGIN_READ_TIMEOUT, RunConfig
 from proxy.destinations import refusal
 from proxy.errors import ReshapeError
 from proxy.mitm_addons import proxy_addons
@@ -117,6 +117,10 @@ class ProxyProcess:
         policy: PolicyHolder | None = None,
         request_log: Path | None = None,
         client_header_timeout: float = DEFAULT_HEADER_TIMEOUT,
+        origin_timeouts: tuple[float, float] = (
+            DEFAULT_ORIGIN_CONNECT_TIMEOUT,
+            DEFAULT_ORIGIN_READ_TIMEOUT,
+        ),
     ) -> None:
         if reuse_port:
             mitm_patches.listen_with_reuse_port()
@@ -163,6 +167,8 @@ class ProxyProcess:
             header_timeout=client_header_timeout,
         )
         mitm_patches.listen_with_backlog(LISTEN_BACKLOG)  # connection storms (bench/soak)
+        # mitmproxy's own origin connections; the internal gateway's are the pool's to time.
+        mitm_patches.time_out_origins(*origin_timeouts, exempt=self.telemetry.internal_addresses)
         self.master.options.update(
             listen_host=listen.host,
             listen_port=listen.port,

@@ -61,6 +61,7 @@ async def serve_single(config: RunConfig) -> None:
         policy=holder,
         request_log=config.request_log,
         client_header_timeout=config.client_header_timeout,
+        origin_timeouts=(config.origin_connect_timeout, config.origin_read_timeout),
     )
     admin, admin_address = await start_admin(config, local_admin_content(config, prepared, process))
     try:
@@ -111,6 +112,8 @@ def worker_config() -> RunConfig:
         request_log=Path(data["request_log"]) if data["request_log"] else None,
         users=Path(data["users"]) if data.get("users") else None,
         client_header_timeout=data["client_header_timeout"],
+        origin_connect_timeout=data["origin_connect_timeout"],
+        origin_read_timeout=data["origin_read_timeout"],
     )
 
 
@@ -141,6 +144,7 @@ async def serve_worker(index: int) -> None:
         policy=holder,
         request_log=config.request_log,
         client_header_timeout=config.client_header_timeout,
+        origin_timeouts=(config.origin_connect_timeout, config.origin_read_timeout),
     )
     await process.start()
     watcher = watch_policy(holder)

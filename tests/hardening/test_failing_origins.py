@@ -243,27 +243,28 @@ async def crowd(
     return wrong, counts["aborted"], counts["ok"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="mitmproxy 12.2.3 opens origin connections with no connect timeout (kernel SYN "
-    "retries, ~2 min) and waits for a response head with no read timeout (only the 10-minute "
-    "idle tcp_timeout): policies without upstream: get no 502/504 in time. See "
-    "docs/robustness.md, known gaps.",
-)
-@pytest.mark.parametrize("fault", ["connect", "first_byte"])
+@pytest.mark.parametrize(("fault", "status"), [("connect", 502), ("first_byte", 504)])
 def test_mitmproxys_own_connections_time_out(
-    start_reshape: StartProxy, tmp_path: Path, fault: str
+    start_reshape: StartProxy, tmp_path: Path, fault: str, status: int
 ) -> None:
-    proxy = start(start_reshape, tmp_path, "direct")
+    """Without `upstream:`, mitmproxy's own connections are timed too
+    (mitm_patches.time_out_origins; `--origin-connect-timeout`, `--origin-read-timeout`, by
+    default the pool's defaults); with HTTP/2 clients: tests/hardening/test_mitm_timeouts.py."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(POLICIES["direct"])
+    timeout = 2.0
+    flag = "--origin-connect-timeout" if fault == "connect" else "--origin-read-timeout"
+    proxy = start_reshape(flag, str(timeout), policy=path)
     with Backlog("127.0.0.69") as backlog, FaultyOrigin("127.0.0.70") as origin:
         url = (
             f"http://{backlog.host}:{backlog.port}/"
             if fault == "connect"
             else origin.url("/silent")
         )
-        with httpx.Client(proxy=proxy.proxy_url, timeout=5) as http:
-            try:
-                status = http.get(url).status_code
-            except httpx.TimeoutException:
-                status = 0  # still waiting after 5 s
-    assert status in (502, 504)
+        with httpx.Client(proxy=proxy.proxy_url, timeout=timeout + 20) as http:
+            response = http.get(url)
+        assert response.status_code == status, response.text
+        reason = "(connect timeout)" if fault == "connect" else "(read timeout)"
+        assert f"within {timeout:g} s {reason}" in response.text
+        if fault == "first_byte":
+            assert origin.count("/silent") == 1
