@@ -28,6 +28,7 @@ CLIENT_ERROR_KINDS: Final = (
     "malformed",
     "header_too_large",
     "header_timeout",
+    "silent_connection",
     "smuggling",
     "bad_chunked",
     "incomplete_body",

@@ -589,6 +589,28 @@ def close_server_connection(client: connection.Client, server: connection.Server
         io.writer.close()
 
 
+def close_client_connection(client: connection.Client) -> bool:
+    """Close `client`'s socket from outside mitmproxy's layers (a timer of an addon's); False if
+    it is not open (any more).
+
+    Why: no hook or command closes a client connection on an addon's schedule. As for
+    `close_server_connection`, mitmproxy 12.2.3 keeps the socket in the client's
+    `ConnectionHandler.transports`, reachable through the proxyserver addon's `connections`.
+    Closing the writer ends the connection as a client that hung up would: mitmproxy reads EOF
+    and runs its usual teardown (`client_disconnected` included).
+    """
+    from mitmproxy import ctx
+
+    master = getattr(ctx, "master", None)  # None outside a running master (unit tests)
+    proxyserver: Any = master.addons.get("proxyserver") if master else None
+    handler = proxyserver.connections.get(client.id) if proxyserver else None
+    io = handler.transports.get(client) if handler else None
+    if io is None or io.writer is None or io.writer.is_closing():
+        return False
+    io.writer.close()
+    return True
+
+
 _listen_backlog: int | None = None
 
 

@@ -27,6 +27,7 @@ from addons.client_errors import ClientErrors
 from addons.destinations import Destinations, own_addresses
 from addons.preconnect import Preconnect
 from addons.proxy_auth import EVERY_CLIENT, ProxyAuthentication
+from addons.silent_clients import SilentClients
 from addons.split_requests import SplitRequests
 from addons.tls_records import TlsRecords
 from addons.trailers import Trailers
@@ -160,7 +161,9 @@ class ProxyProcess:
         mitm_patches.report_split_requests(split_requests.request_split)
         mitm_patches.carry_http1_trailers()
         client_errors = ClientErrors()  # counts bad input; the patch refuses what hooks miss
-        self.master.addons.add(client_errors)
+        self.master.addons.add(
+            client_errors, SilentClients(client_header_timeout, client_errors.report)
+        )
         mitm_patches.guard_client_input(
             client_errors.report,
             max_head_bytes=DEFAULT_MAX_HEAD_BYTES,

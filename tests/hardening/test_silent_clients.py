@@ -1,0 +1,54 @@
+"""Client connections that send nothing at all are closed after the header timeout
+(addons/silent_clients.py); clients that speak, even slowly or after a pause, are not."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from tests.conftest import StartProxy
+from tests.hardening.clients import WellBehavedClient, read_response, status_of
+from tests.hardening.faulty_origins import FaultyOrigin
+
+HEADER_TIMEOUT = 1.0
+
+
+def closed_after(sock: socket.socket, limit: float) -> float | None:
+    """Seconds until the proxy closed `sock` (None if still open after `limit`)."""
+    started = time.monotonic()
+    sock.settimeout(limit)
+    try:
+        data = sock.recv(4096)
+    except TimeoutError:
+        return None
+    assert data == b"", data
+    return time.monotonic() - started
+
+
+@pytest.mark.slow
+def test_silent_connections_are_closed_and_counted(start_reshape: StartProxy) -> None:
+    with FaultyOrigin("127.0.0.74") as origin:
+        proxy = start_reshape("--client-header-timeout", str(HEADER_TIMEOUT))
+        host, port = proxy.listen.split(":")
+        with WellBehavedClient(proxy.listen, origin.url("/echo/good")) as good:
+            silent = [socket.create_connection((host, int(port)), timeout=5) for _ in range(20)]
+            # One that pauses, then speaks before the timeout: served.
+            late = socket.create_connection((host, int(port)), timeout=5)
+            time.sleep(HEADER_TIMEOUT / 2)
+            late.sendall(
+                f"GET {origin.url('/echo/late')} HTTP/1.1\r\nHost: {origin.host}\r\n\r\n".encode()
+            )
+            answer = read_response(late)
+            assert status_of(answer) == 200, answer[:200]
+            waits = [closed_after(sock, HEADER_TIMEOUT + 5) for sock in silent]
+            for sock in silent:
+                sock.close()
+            # The late speaker's keep-alive connection, idle now, is not silent: left open.
+            assert closed_after(late, HEADER_TIMEOUT * 2) is None
+            late.close()
+        good.assert_served()
+    assert all(wait is not None for wait in waits), waits
+    assert proxy.metric("reshape_client_errors_total", kind="silent_connection") == 20
+    assert "Traceback" not in proxy.log()
