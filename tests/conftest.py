@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -59,6 +60,38 @@ def curl_via_proxy(proxy: str, url: str, *extra: str) -> tuple[str, str]:
     body, _, codes = result.stdout.rpartition("|||")
     status, connect = codes.split()
     return (connect if connect not in ("000", "200") else status), body
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+class RssPeak:
+    """A process's resident memory while the `with` block runs, sampled every 50 ms: `before`
+    (on entry) and `peak` bytes."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.before = self.peak = 0
+        self._done = threading.Event()
+        self._sampler = threading.Thread(target=self._sample)
+
+    def __enter__(self) -> RssPeak:
+        self.before = self.peak = rss_bytes(self.pid)
+        self._sampler.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._sampler.join()
+
+    def _sample(self) -> None:
+        while not self._done.is_set():
+            self.peak = max(self.peak, rss_bytes(self.pid))
+            time.sleep(0.05)
 
 
 @dataclass

@@ -13,8 +13,6 @@ import hashlib
 import socket
 import ssl
 import subprocess
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -27,7 +25,7 @@ import pytest
 
 from bench.labkit.browser import load_page
 from bench.labkit.pki import OriginPKI
-from tests.conftest import RunningProxy, StartProxy
+from tests.conftest import RssPeak, RunningProxy, StartProxy
 from tests.trailer_origin import COOKIE, TrailerOrigin, body_sha256
 
 HOST = "127.0.0.7"
@@ -241,13 +239,6 @@ def test_strip_mode_sends_no_trailers_even_to_clients_that_take_them(
     assert_no_crash(proxy)
 
 
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS)
 def test_a_50_mb_body_gets_its_content_digest_trailer_with_flat_memory(
@@ -259,27 +250,13 @@ def test_a_50_mb_body_gets_its_content_digest_trailer_with_flat_memory(
     knobs = ", ".join(filter(None, [PATHS[path], "trailers: {synthesize: [content-digest]}"]))
     proxy = start_reshape(policy=write_policy(tmp_path, knobs))
     url = origins.plain.url(f"/trailers?size={size}&trailers=0")
-    before = rss_bytes(proxy.process.pid)
-    peak = [before]
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], rss_bytes(proxy.process.pid))
-            time.sleep(0.05)
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    try:
+    with RssPeak(proxy.process.pid) as rss:
         received = curl_http11(proxy, url, tmp_path, te=True)
-    finally:
-        done.set()
-        sampler.join()
     assert received.body_length == size
     assert received.body_sha256 == body_sha256(size)
     digest = base64.b64encode(bytes.fromhex(body_sha256(size))).decode()
     assert received.trailers == {"content-digest": f"sha-256=:{digest}:"}
-    assert peak[0] - before < 20 * 1024 * 1024, (before, peak[0])
+    assert rss.peak - rss.before < 20 * 1024 * 1024, (rss.before, rss.peak)
     assert proxy.metric("reshape_trailers_total", action="synthesized") == 1
     assert_no_crash(proxy)
 

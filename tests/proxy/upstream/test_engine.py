@@ -7,7 +7,6 @@ import hashlib
 import os
 import ssl
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 from bench.labkit.origins import hypercorn_origin, nginx_origin
 from bench.labkit.pki import OriginPKI
 from bench.labkit.relay import RelayThread, relays
-from tests.conftest import RunningProxy, StartProxy
+from tests.conftest import RssPeak, RunningProxy, StartProxy
 from tests.scripted_origins import PipelineBreakingOrigin, SlowOrigin
 
 RESOURCES = 60
@@ -174,13 +173,6 @@ def test_queue_overflow_and_timeout_give_503_with_retry_after(
     assert proxy.metric("reshape_requests_total", outcome="rejected") == len(rejected)
 
 
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
 @pytest.mark.slow
 def test_a_100_mb_download_streams_with_flat_memory(
     start_reshape: StartProxy, tmp_path: Path
@@ -193,34 +185,22 @@ def test_a_100_mb_download_streams_with_flat_memory(
     expected = hashlib.sha256((root / "100mb.bin").read_bytes()).hexdigest()
     with nginx_origin(root, "127.0.0.2") as origin:
         proxy = start_reshape(policy=policy_file(tmp_path, "{}"))
-        before = rss_bytes(proxy.process.pid)
-        peak = [before]
-        done = threading.Event()
-
-        def sample() -> None:
-            while not done.is_set():
-                peak[0] = max(peak[0], rss_bytes(proxy.process.pid))
-                time.sleep(0.05)
-
-        sampler = threading.Thread(target=sample)
-        sampler.start()
         # A slow reader: the proxy must hold back the origin, not buffer for the client.
-        result = subprocess.run(
-            [
-                "bash",
-                "-c",
-                f"curl -sSf --proxy {proxy.proxy_url} --limit-rate 50M "
-                f"{origin.url('/100mb.bin')} | sha256sum",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        done.set()
-        sampler.join()
+        with RssPeak(proxy.process.pid) as rss:
+            result = subprocess.run(
+                [
+                    "bash",
+                    "-c",
+                    f"curl -sSf --proxy {proxy.proxy_url} --limit-rate 50M "
+                    f"{origin.url('/100mb.bin')} | sha256sum",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[0] == expected
-    assert peak[0] - before < 50 * 1024 * 1024, (before, peak[0])
+    assert rss.peak - rss.before < 50 * 1024 * 1024, (rss.before, rss.peak)
     assert proxy.metric("reshape_response_bytes_total") == size
 
 
