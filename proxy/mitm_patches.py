@@ -17,6 +17,26 @@ from mitmproxy.proxy import mode_servers
 from proxy.client_errors import FloodLimits, FloodMeter, bad_header_value, head_too_large
 from proxy.record_sizing import slices
 
+
+def _relay(
+    commands_: Generator[Any, Any, Any], change: Callable[[Any], Sequence[Any]]
+) -> Generator[Any, Any, Any]:
+    """Pass on the commands of a wrapped layer method, and each reply back to it, as `change`
+    has them: `change(command)` returns what to yield in the command's place — the command
+    itself, a replacement, or extra commands before it (the reply to the last goes back).
+    Returns what the wrapped method returns."""
+    reply = None
+    while True:
+        try:
+            command = commands_.send(reply)
+        except StopIteration as stop:
+            return stop.value
+        *extra, last = change(command)
+        for before in extra:  # noqa: UP028 (`yield from` a list would choke on replies)
+            yield before
+        reply = yield last
+
+
 _reuse_port_installed = False
 
 
@@ -183,14 +203,10 @@ def _install_http1_split_check() -> None:
     original = _http1.Http1Server.read_headers
 
     def read_headers(self: _http1.Http1Server, event: Any) -> Generator[Any, Any, None]:
-        commands_ = original(self, event)
         rejected = False  # a malformed head: answered 400 and closed before it is passed on
-        reply = None
-        while True:
-            try:
-                command = commands_.send(reply)
-            except StopIteration:
-                return
+
+        def check(command: Any) -> list[Any]:
+            nonlocal rejected
             if isinstance(command, commands.CloseConnection):
                 rejected = True
             elif (
@@ -201,7 +217,9 @@ def _install_http1_split_check() -> None:
                 and not self.buf  # checked before the body reader consumes the buffer
             ):
                 _report_split(command.event.request)
-            reply = yield command
+            return [command]
+
+        yield from _relay(original(self, event), check)
 
     _http1.Http1Server.read_headers = read_headers  # type: ignore[method-assign]
 
@@ -230,13 +248,8 @@ def _install_http2_split_check() -> None:
                 _report_split(head[0])
         elif isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
             state.waiting.pop(event.stream_id, None)
-        commands_ = original_handle_h2_event(self, event)
-        reply = None
-        while True:
-            try:
-                command = commands_.send(reply)
-            except StopIteration as stop:
-                return bool(stop.value)
+
+        def note_head(command: Any) -> list[Any]:
             if (
                 isinstance(event, h2.events.RequestReceived)
                 and not event.stream_ended
@@ -244,7 +257,9 @@ def _install_http2_split_check() -> None:
                 and isinstance(command.event, RequestHeaders)
             ):
                 state.waiting[event.stream_id] = (command.event.request, state.reads)
-            reply = yield command
+            return [command]
+
+        return bool((yield from _relay(original_handle_h2_event(self, event), note_head)))
 
     _http2.Http2Server._handle_event = _handle_event  # type: ignore[method-assign]
     _http2.Http2Server.handle_h2_event = handle_h2_event  # type: ignore[method-assign]
@@ -313,13 +328,7 @@ def carry_http1_trailers() -> None:
     original_read_body = _http1.Http1Connection.read_body
 
     def read_body(self: _http1.Http1Connection, event: Any) -> Generator[Any, Any, None]:
-        commands_ = original_read_body(self, event)
-        reply = None
-        while True:
-            try:
-                command = commands_.send(reply)
-            except StopIteration:
-                return
+        def trailers_first(command: Any) -> list[Any]:
             reader = self.body_reader
             if (
                 isinstance(command, ReceiveHttp)
@@ -333,8 +342,10 @@ def carry_http1_trailers() -> None:
                     if isinstance(command.event, RequestEndOfMessage)
                     else ResponseTrailers
                 )
-                yield ReceiveHttp(kind(command.event.stream_id, trailers))
-            reply = yield command
+                return [ReceiveHttp(kind(command.event.stream_id, trailers)), command]
+            return [command]
+
+        yield from _relay(original_read_body(self, event), trailers_first)
 
     pending: weakref.WeakKeyDictionary[Any, http.Headers] = weakref.WeakKeyDictionary()
 
@@ -348,21 +359,18 @@ def carry_http1_trailers() -> None:
                 pending[self] = event.trailers  # sent with the end of message, if it is chunked
                 return
             trailers = pending.pop(self, None) if isinstance(event, end_event) else None
-            commands_ = original_send(self, event)
-            reply = None
-            while True:
-                try:
-                    command = commands_.send(reply)
-                except StopIteration:
-                    return
+
+            def with_last_chunk(command: Any) -> list[Any]:
                 if (
                     trailers
                     and isinstance(command, commands.SendData)
                     and command.data == b"0\r\n\r\n"
                 ):
                     last_chunk = b"0\r\n%s\r\n" % bytes(trailers)
-                    command = commands.SendData(command.connection, last_chunk)
-                reply = yield command
+                    return [commands.SendData(command.connection, last_chunk)]
+                return [command]
+
+            yield from _relay(original_send(self, event), with_last_chunk)
 
         return send
 
@@ -579,14 +587,9 @@ def close_server_connection(client: connection.Client, server: connection.Server
     (`SendData` checks `is_closing()`) and read EOF: the request fails as if the server hung up,
     and the `error` the hook set keeps the connection from being reused.
     """
-    from mitmproxy import ctx
-
-    master = getattr(ctx, "master", None)  # None outside a running master (unit tests)
-    proxyserver: Any = master.addons.get("proxyserver") if master else None
-    handler = proxyserver.connections.get(client.id) if proxyserver else None
-    io = handler.transports.get(server) if handler else None
-    if io is not None and io.writer is not None:
-        io.writer.close()
+    writer = _writer_of(client, server)
+    if writer is not None:
+        writer.close()
 
 
 def close_client_connection(client: connection.Client) -> bool:
@@ -599,16 +602,24 @@ def close_client_connection(client: connection.Client) -> bool:
     Closing the writer ends the connection as a client that hung up would: mitmproxy reads EOF
     and runs its usual teardown (`client_disconnected` included).
     """
+    writer = _writer_of(client, client)
+    if writer is None or writer.is_closing():
+        return False
+    writer.close()
+    return True
+
+
+def _writer_of(client: connection.Client, conn: connection.Connection) -> Any:
+    """The asyncio writer of `conn` (the client itself or one of its server connections), from
+    the client's `ConnectionHandler.transports`; None if there is none (any more), or outside a
+    running master (unit tests)."""
     from mitmproxy import ctx
 
-    master = getattr(ctx, "master", None)  # None outside a running master (unit tests)
+    master = getattr(ctx, "master", None)
     proxyserver: Any = master.addons.get("proxyserver") if master else None
     handler = proxyserver.connections.get(client.id) if proxyserver else None
-    io = handler.transports.get(client) if handler else None
-    if io is None or io.writer is None or io.writer.is_closing():
-        return False
-    io.writer.close()
-    return True
+    io = handler.transports.get(conn) if handler else None
+    return io.writer if io is not None else None
 
 
 _listen_backlog: int | None = None
@@ -866,21 +877,19 @@ def _install_first_byte_timeout() -> None:
             return (yield from woken(self, event))
         if self in _first_byte_timers:
             disarm(self)  # a head, an error or a client that left: no longer waiting for the head
-        commands_ = original_handle_event(self, event)
         sent_end = False
-        reply = None
-        while True:
-            try:
-                command = commands_.send(reply)
-            except StopIteration:
-                break
+
+        def note_end(command: Any) -> list[Any]:
+            nonlocal sent_end
             if (
                 isinstance(command, SendHttp)
                 and isinstance(command.event, RequestEndOfMessage)
                 and command.connection is self.context.server
             ):
                 sent_end = True
-            reply = yield command
+            return [command]
+
+        yield from _relay(original_handle_event(self, event), note_end)
         timeouts = _origin_timeouts
         if (
             sent_end
