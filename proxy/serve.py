@@ -49,20 +49,27 @@ def local_admin_content(
     )
 
 
-async def serve_single(config: RunConfig) -> None:
-    prepared = prepare(config)
-    holder = PolicyHolder(config.policy_path, prepared.policy_file)
-    process = ProxyProcess(
+def proxy_process(
+    config: RunConfig, prepared: Prepared, holder: PolicyHolder, *, reuse_port: bool
+) -> ProxyProcess:
+    """The proxy process `config` asks for (one of `--workers N` with `reuse_port`)."""
+    return ProxyProcess(
         config.listen,
         config.confdir,
         prepared,
-        reuse_port=False,
+        reuse_port=reuse_port,
         allow_clients=config.allow_clients,
         policy=holder,
         request_log=config.request_log,
         client_header_timeout=config.client_header_timeout,
         origin_timeouts=(config.origin_connect_timeout, config.origin_read_timeout),
     )
+
+
+async def serve_single(config: RunConfig) -> None:
+    prepared = prepare(config)
+    holder = PolicyHolder(config.policy_path, prepared.policy_file)
+    process = proxy_process(config, prepared, holder, reuse_port=False)
     admin, admin_address = await start_admin(config, local_admin_content(config, prepared, process))
     try:
         listen = await process.start()
@@ -135,17 +142,7 @@ async def serve_worker(index: int) -> None:
     snapshot = os.environ.get(WORKER_POLICY_ENV)
     prepared = prepare(replace(config, policy_path=Path(snapshot)) if snapshot else config)
     holder = PolicyHolder(config.policy_path, prepared.policy_file)
-    process = ProxyProcess(
-        config.listen,
-        config.confdir,
-        prepared,
-        reuse_port=True,
-        allow_clients=config.allow_clients,
-        policy=holder,
-        request_log=config.request_log,
-        client_header_timeout=config.client_header_timeout,
-        origin_timeouts=(config.origin_connect_timeout, config.origin_read_timeout),
-    )
+    process = proxy_process(config, prepared, holder, reuse_port=True)
     await process.start()
     watcher = watch_policy(holder)
     log.info("worker %d (pid %d) listening on %s", index, os.getpid(), config.listen)
