@@ -6,7 +6,6 @@ certificate only), so mitmproxy's tlsconfig addon uses the same CA from the same
 
 from __future__ import annotations
 
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from mitmproxy.certs import CertStore
 
 from proxy.errors import ReshapeError
+from proxy.secret_files import secret_file_problem
 
 BASENAME = "mitmproxy"
 KEY_SIZE = 2048
@@ -72,13 +72,9 @@ def load_ca(confdir: Path) -> CertificateAuthority:
         raw = key_path.read_bytes()
     except OSError as e:
         raise CAError(f"cannot read CA key {key_path}: {e.strerror or e}") from None
-    if not stat.S_ISREG(mode):
-        raise CAError(f"CA key {key_path} is not a regular file")
-    if mode & 0o077:
-        raise CAError(
-            f"CA key {key_path} is readable by group or others (mode {stat.S_IMODE(mode):04o}); "
-            f"fix with: chmod 600 {key_path}"
-        )
+    problem = secret_file_problem("CA key", key_path, mode)
+    if problem is not None:
+        raise CAError(problem)
     try:
         serialization.load_pem_private_key(raw, password=None)
         certificates = x509.load_pem_x509_certificates(raw)

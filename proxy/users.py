@@ -21,12 +21,12 @@ import hmac
 import os
 import re
 import secrets
-import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from proxy.errors import UsageError
+from proxy.secret_files import secret_file_problem
 
 USERS_BASENAME = "users"
 ALGORITHM = "scrypt"
@@ -201,13 +201,9 @@ def load_users(path: Path) -> Users:
         ) from None
     except OSError as e:
         raise UsersFileError(f"cannot read users file {path}: {e.strerror or e}") from None
-    if not stat.S_ISREG(mode):
-        raise UsersFileError(f"users file {path} is not a regular file")
-    if mode & 0o077:
-        raise UsersFileError(
-            f"users file {path} is readable by group or others (mode {stat.S_IMODE(mode):04o}); "
-            f"fix with: chmod 600 {path}"
-        )
+    problem = secret_file_problem("users file", path, mode)
+    if problem is not None:
+        raise UsersFileError(problem)
     try:
         text = raw.decode()
     except UnicodeDecodeError:
