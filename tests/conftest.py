@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.labkit.origins import Origin, nginx_origin
 from bench.labkit.pki import OriginPKI
 
 REPO = Path(__file__).resolve().parents[1]
@@ -207,3 +208,17 @@ def start_reshape(tmp_path: Path, origin_pki: OriginPKI) -> Iterator[StartProxy]
     for running in started:
         if running.process.poll() is None:
             running.stop()
+
+
+# nginx serving the test module's own `site_root` fixture (a directory), on 127.0.0.2 (http) and
+# 127.0.0.3 (https, certificate from origin_pki).
+@pytest.fixture
+def http_origin(site_root: Path) -> Iterator[Origin]:
+    with nginx_origin(site_root, "127.0.0.2") as origin:
+        yield origin
+
+
+@pytest.fixture
+def https_origin(site_root: Path, origin_pki: OriginPKI) -> Iterator[Origin]:
+    with nginx_origin(site_root, "127.0.0.3", tls=origin_pki.issue(["127.0.0.3"])) as origin:
+        yield origin

@@ -8,7 +8,6 @@ import base64
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,8 +15,7 @@ import pytest
 from mitmproxy.test import tflow
 
 from addons.proxy_auth import ProxyAuthentication, parse_basic
-from bench.labkit.origins import Origin, nginx_origin
-from bench.labkit.pki import OriginPKI
+from bench.labkit.origins import Origin
 from proxy import metrics
 from proxy.users import Users, hash_password, save_users
 from tests.conftest import REPO, RESHAPE, StartProxy, curl_via_proxy, free_port
@@ -182,18 +180,6 @@ def site_root(tmp_path: Path) -> Path:
     root.mkdir()
     (root / "small.txt").write_text("hello from the origin\n")
     return root
-
-
-@pytest.fixture
-def http_origin(site_root: Path) -> Iterator[Origin]:
-    with nginx_origin(site_root, "127.0.0.2") as origin:
-        yield origin
-
-
-@pytest.fixture
-def https_origin(site_root: Path, origin_pki: OriginPKI) -> Iterator[Origin]:
-    with nginx_origin(site_root, "127.0.0.3", tls=origin_pki.issue(["127.0.0.3"])) as origin:
-        yield origin
 
 
 def start_gateway(start_reshape: StartProxy, users_path: Path, *extra: str) -> tuple[str, object]:

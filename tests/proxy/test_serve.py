@@ -31,18 +31,6 @@ def site_root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def http_origin(site_root: Path) -> Iterator[Origin]:
-    with nginx_origin(site_root, "127.0.0.2") as origin:
-        yield origin
-
-
-@pytest.fixture
-def https_origin(site_root: Path, origin_pki: OriginPKI) -> Iterator[Origin]:
-    with nginx_origin(site_root, "127.0.0.3", tls=origin_pki.issue(["127.0.0.3"])) as origin:
-        yield origin
-
-
-@pytest.fixture
 def h2_origin(site_root: Path, origin_pki: OriginPKI) -> Iterator[Origin]:
     with hypercorn_origin(site_root, "127.0.0.4", tls=origin_pki.issue(["127.0.0.4"])) as origin:
         yield origin
