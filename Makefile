@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 LISTEN ?= 127.0.0.1:8080
 ADMIN ?= 127.0.0.1:9464
-POLICY ?= policies/default.yaml
+POLICY ?= reshape/policy/default.yaml
 CONFDIR ?= $(HOME)/.reshape
 PYTEST_ARGS ?=
 
@@ -41,7 +41,7 @@ test: test-deps lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.test-installed
-	$(BIN)/ruff check proxy addons certs tests bench
+	$(BIN)/ruff check reshape labkit tests bench
 	$(BIN)/mypy
 
 # The lab's full experiments (long: see `bench/lab list`); they need the test dependencies

@@ -45,8 +45,8 @@ from bench.capacity_report import RERUN, SEARCH, ConfigResult, StepSummary
 from bench.capacity_search import CapacitySearch
 from bench.capacity_site import Page, build_page
 from bench.capacity_users import StepPlan, StepResult, run_step
-from bench.labkit.pki import OriginPKI
 from bench.overhead_peers import ProxyStartError, RunningProxy
+from labkit.pki import OriginPKI
 
 BENCH = runs.Bench("capacity")
 say = BENCH.say

@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.labkit.sites import png, render_page
+from labkit.sites import png, render_page
 
 # Subresource kinds, weighted like a page of its time: images outnumber stylesheets and scripts.
 _KIND_WEIGHTS = {"css": 1, "js": 2, "png": 4}

@@ -8,7 +8,7 @@
                                        --json record of a run
 
 Everything runs on loopback: origins (nginx, hypercorn) on 127.0.0.2 …, proxies on 127.0.0.1,
-and user-space relays in between that emulate the links (bench/labkit/relay.py): latency per
+and user-space relays in between that emulate the links (labkit/relay.py): latency per
 direction, bandwidth per connection and shared per origin, and a connection set-up delay (one
 RTT for the TCP handshake). Not emulated: loss, jitter, reordering, queueing delay, and TCP slow
 start or congestion control of the emulated path.
@@ -53,10 +53,10 @@ from bench.lab_report import (
 )
 from bench.lab_runner import run_loads
 from bench.lab_sites import hosts_for
-from bench.labkit.browser import BrowserSession, PageLoadError
-from bench.labkit.origins import OriginStartError
-from bench.labkit.relay import Link, relays
 from bench.overhead_peers import ProxyStartError
+from labkit.browser import BrowserSession, PageLoadError
+from labkit.origins import OriginStartError
+from labkit.relay import Link, relays
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "RESULTS.md"

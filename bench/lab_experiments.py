@@ -22,13 +22,16 @@ from bench.lab_network import Config, Links, policy_file, rtt_link
 from bench.lab_preconnect import preconnect_configs
 from bench.lab_runner import Cell
 from bench.lab_sites import PAGES, PARALLEL_PAGES, VARIANTS, Page
-from bench.labkit.relay import Link
+from labkit.relay import Link
 
 REPO = Path(__file__).resolve().parent.parent
 DIRECT = Config("direct", "direct", label="direct")
 MITMDUMP = Config("mitmdump", "mitmdump", label="mitmdump")
 RESHAPE = Config(
-    "reshape", "reshape", REPO / "policies" / "default.yaml", label="reshape (default.yaml)"
+    "reshape",
+    "reshape",
+    REPO / "reshape" / "policy" / "default.yaml",
+    label="reshape (default.yaml)",
 )
 POOLED = Config(
     "reshape-pooled", "reshape", REPO / "policies" / "pooled.yaml", label="reshape (pooled.yaml)"

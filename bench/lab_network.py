@@ -23,9 +23,9 @@ from pathlib import Path
 
 from bench import overhead_peers
 from bench.lab_sites import HOSTS, Page, build_pages
-from bench.labkit.origins import Origin, hypercorn_origin, nginx_origin
-from bench.labkit.pki import OriginPKI
-from bench.labkit.relay import Link, Relay, RelayThread
+from labkit.origins import Origin, hypercorn_origin, nginx_origin
+from labkit.pki import OriginPKI
+from labkit.relay import Link, Relay, RelayThread
 
 
 @dataclass(frozen=True)

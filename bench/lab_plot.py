@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
-from bench.labkit.browser import SvgRender, render_svgs
+from labkit.browser import SvgRender, render_svgs
 
 WIDTH, PANEL_HEIGHT = 1000, 460
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f")

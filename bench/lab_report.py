@@ -479,7 +479,7 @@ def _setup_lines(run: Run) -> list[str]:
         for name in experiment.pages
     )
     return [
-        f"Links (user-space relays, bench/labkit/relay.py): {links}. A TCP handshake through a "
+        f"Links (user-space relays, labkit/relay.py): {links}. A TCP handshake through a "
         "relay costs one RTT (its connect delay); the TLS handshake and every request cost real "
         "round trips on top. Direct loads cross the same origin relays with both links chained. "
         "Not emulated: loss, jitter, reordering, queueing, TCP slow start of the emulated path.",

@@ -18,7 +18,7 @@ from bench import overhead_peers
 from bench.lab_network import Links, Network
 from bench.lab_preconnect import preconnect_counts
 from bench.lab_sites import Page
-from bench.labkit.browser import BrowserSession, PageLoad, PageLoadError
+from labkit.browser import BrowserSession, PageLoad, PageLoadError
 
 PAGE_TIMEOUT = 90.0
 # Lets the proxies see the connections the relays just closed before the next load starts.

@@ -22,7 +22,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.labkit.sites import png
+from labkit.sites import png
 
 # Origin host name -> (loopback address, server). 127.0.0.1 is left to the proxies.
 HOSTS: dict[str, tuple[str, str]] = {

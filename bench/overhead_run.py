@@ -25,17 +25,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench import overhead_loadgen, overhead_peers, overhead_report, runs
-from bench.labkit.origins import Origin, OriginStartError, nginx_origin
-from bench.labkit.pki import OriginPKI
 from bench.overhead_loadgen import LoadgenError, LoadResult
 from bench.overhead_peers import ProxyStartError, RunningProxy, SquidBinary
 from bench.overhead_report import Measurement
+from labkit.origins import Origin, OriginStartError, nginx_origin
+from labkit.pki import OriginPKI
 
 BENCH = runs.Bench("overhead")
 say = BENCH.say
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".bench-cache"
-DEFAULT_POLICY = REPO / "policies" / "default.yaml"
+DEFAULT_POLICY = REPO / "reshape" / "policy" / "default.yaml"
 ORIGIN_HOST = "127.0.0.2"
 FILE_NAME = "1k.bin"
 

@@ -1,4 +1,4 @@
-"""bench/queueing's emulated network link (bench/labkit/relay.py), in a process of its own.
+"""bench/queueing's emulated network link (labkit/relay.py), in a process of its own.
 
 In its own process the relay's event loop never waits for the load generator's (nor the other
 way round), so the emulated delays stay what they were set to. The parent talks to it over
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import uvloop
 
-from bench.labkit.relay import Link, Relay
+from labkit.relay import Link, Relay
 
 REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 20.0

@@ -20,7 +20,7 @@ LABELS = {
     "pool-h2": "pool, HTTP/2",
 }
 EXPLANATIONS = (
-    "What the relay emulates (bench/labkit/relay.py): a delay of half the RTT on every chunk in "
+    "What the relay emulates (labkit/relay.py): a delay of half the RTT on every chunk in "
     "each direction, in order, and here a connect delay of one RTT before a new connection "
     "reaches the origin. What it does not: loss, reordering, jitter, a bandwidth limit or a "
     "bottleneck shared by connections, slow start on the emulated path (loopback's own TCP is "

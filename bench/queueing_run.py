@@ -4,7 +4,7 @@ The table of Firefox's pipelining study (at ~250 ms RTT: transactions 1,906 -> 7
 queued requests 79% -> 0), rebuilt around reshape's shared pool:
 
 - One nginx origin (1 worker) on 127.0.0.2 over TLS, offering h2 and http/1.1 by ALPN, with
-  keep-alive that outlasts the run. In front of it, a user-space relay (bench/labkit/relay.py,
+  keep-alive that outlasts the run. In front of it, a user-space relay (labkit/relay.py,
   in a process of its own) emulates the path from the proxy to the origin: ~0 RTT, and 200 ms
   RTT with each new connection costing one RTT more.
 - A few browsers (bench/queueing_load.py, 6 connections per host each) load a page of many
@@ -45,12 +45,12 @@ import uvloop
 from bench import capacity_procs, capacity_report, overhead_peers, queueing_report, runs
 from bench.capacity_metrics import Samples, scrape
 from bench.capacity_site import Page, build_page
-from bench.labkit.origins import OriginStartError, nginx_origin
-from bench.labkit.pki import OriginPKI
 from bench.overhead_peers import ProxyStartError, RunningProxy
 from bench.queueing_load import LoadPlan, LoadResult, run_load
 from bench.queueing_relay import RelayCounts, RelayProcess, relay_process
 from bench.queueing_report import HEADING, Run
+from labkit.origins import OriginStartError, nginx_origin
+from labkit.pki import OriginPKI
 
 BENCH = runs.Bench("queueing")
 say = BENCH.say
@@ -371,7 +371,7 @@ def _setup_text(args: argparse.Namespace, page: Page) -> str:
     rtts = ", ".join(f"{rtt * 1000:g} ms" for rtt in args.rtts)
     return f"""\
 - Origin: nginx (1 worker) on {ORIGIN_HOST}, TLS, ALPN h2 and http/1.1, keep-alive for the whole
-  run. Browsers and proxies reach it through a relay on {RELAY_HOST} (bench/labkit/relay.py in a
+  run. Browsers and proxies reach it through a relay on {RELAY_HOST} (labkit/relay.py in a
   process of its own) emulating RTT {rtts} between the proxy (or the direct browser) and the
   origin: half the RTT each way on every byte, and one RTT before a new connection reaches the
   origin (`Link.rtt(rtt, connect_delay=rtt)`). Browsers talk to the proxy over plain loopback.

@@ -24,11 +24,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bench import overhead_loadgen, overhead_peers, runs, soak_report
-from bench.labkit.origins import OriginStartError, nginx_origin
-from bench.labkit.pki import OriginPKI
 from bench.overhead_loadgen import LoadgenError, LoadResult
 from bench.overhead_peers import ProxyStartError
 from bench.soak_report import Sample
+from labkit.origins import OriginStartError, nginx_origin
+from labkit.pki import OriginPKI
 
 BENCH = runs.Bench("soak")
 say = BENCH.say

@@ -1,6 +1,6 @@
 """One page load in headless Chromium, with the timings bench/ttfb reports.
 
-Like bench/labkit/browser.load_page (same Chromium, flags, fresh profile and NSS database that
+Like labkit/browser.load_page (same Chromium, flags, fresh profile and NSS database that
 trusts only the given CAs), but it also reads, from the page itself, when the first bytes of the
 HTML were usable: the page's first element is an inline script that sets a performance mark, so
 the mark's time is when the parser had the HTML's first bytes — decrypted, which needs the whole
@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.labkit.browser import (
+from labkit.browser import (
     BROWSER_PROJECT,
     CHROMIUM,
     CHROMIUM_FLAGS,

@@ -1,6 +1,6 @@
 """An emulated slow link that delivers the bytes of each write a TCP segment at a time.
 
-bench/labkit/relay.py paces whole reads: whatever the proxy wrote at once (up to 64 KB) reaches the
+labkit/relay.py paces whole reads: whatever the proxy wrote at once (up to 64 KB) reaches the
 browser at once, when its last byte has crossed the emulated link. That hides what TLS record sizes
 change. Over a real link the bytes of a large write arrive segment by segment, and the browser can
 decrypt a record as soon as the segment holding its last byte is in. This relay cuts everything it

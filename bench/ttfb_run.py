@@ -32,15 +32,15 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bench import overhead_peers, runs
-from bench.labkit.browser import CHROMIUM, PageLoadError
-from bench.labkit.origins import OriginStartError, nginx_origin
-from bench.labkit.pki import OriginPKI
-from bench.labkit.relay import Link, RelayThread, relays
-from bench.labkit.sites import png
 from bench.overhead_peers import ProxyStartError, RunningProxy
 from bench.ttfb_browser import FIRST_BYTES_MARK, PageTiming, timed_load
 from bench.ttfb_link import SegmentLink, SegmentRelay
 from bench.ttfb_report import BASELINE, HEADING, Row, section, table
+from labkit.browser import CHROMIUM, PageLoadError
+from labkit.origins import OriginStartError, nginx_origin
+from labkit.pki import OriginPKI
+from labkit.relay import Link, RelayThread, relays
+from labkit.sites import png
 
 BENCH = runs.Bench("ttfb")
 say = BENCH.say
@@ -272,7 +272,7 @@ def _setup_text(args: argparse.Namespace, page_bytes: int, total_bytes: int) -> 
             "write of its own, and the baseline's records would be ~8 KB, not 16 KB.",
             f"- Link between Chromium and the proxy: {args.down_kbit:g} kbit/s towards the "
             f"browser, unlimited towards the proxy, {args.rtt_ms:g} ms RTT (half each way). "
-            "All connections of a load share the link. `relay`: bench/labkit/relay.py, which "
+            "All connections of a load share the link. `relay`: labkit/relay.py, which "
             "paces whole reads (a write of the proxy, up to 64 KB, arrives at once); `segments`: "
             "bench/ttfb_link.py, which delivers 1,448-byte pieces one after the other at the "
             "link's rate, as TCP segments would arrive.",

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.labkit.origins import Origin, nginx_origin
-from bench.labkit.pki import OriginPKI
+from labkit.origins import Origin, nginx_origin
+from labkit.pki import OriginPKI
 
 REPO = Path(__file__).resolve().parents[1]
-RESHAPE = [sys.executable, "-m", "proxy.cli"]
+RESHAPE = [sys.executable, "-m", "reshape"]
 START_TIMEOUT = 30.0
 
 
@@ -177,7 +177,7 @@ def start_reshape(tmp_path: Path, origin_pki: OriginPKI) -> Iterator[StartProxy]
             "--upstream-ca",
             str(origin_pki.ca_cert_path),
             "--policy",
-            str(policy or REPO / "policies" / "default.yaml"),
+            str(policy or REPO / "reshape" / "policy" / "default.yaml"),
             *extra,
         ]
         with log_path.open("wb") as log:

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Self
 
-from bench.labkit.pki import IssuedCert
+from labkit.pki import IssuedCert
 
 
 class ScriptedOrigin:

@@ -1,4 +1,5 @@
-"""The Grafana dashboards in dashboards/: well-formed, built only from metrics proxy/metrics.py
+"""The Grafana dashboards in dashboards/: well-formed, built only from metrics
+reshape/features/telemetry/metrics.py
 defines, and every panel's query answered by a real Prometheus scraping a loaded reshape.
 
 The live test does what Grafana does with a panel: it resolves the template variables with their
@@ -25,9 +26,9 @@ import httpx
 import pytest
 from prometheus_client import REGISTRY
 
-import proxy.metrics  # noqa: F401  (registers every reshape metric)
-from bench.labkit.origins import Origin, nginx_origin
-from bench.labkit.pki import OriginPKI
+import reshape.features.telemetry.metrics  # noqa: F401  (registers every reshape metric)
+from labkit.origins import Origin, nginx_origin
+from labkit.pki import OriginPKI
 from tests.conftest import StartProxy
 from tests.prometheus import Prometheus
 
@@ -81,7 +82,7 @@ def variables(board: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def exported_names() -> dict[str, str]:
     """Every series name reshape's metrics can export (whether or not it has samples yet) →
-    the metric's name as proxy/metrics.py declares it."""
+    the metric's name as reshape/features/telemetry/metrics.py declares it."""
     names = {}
     for family in REGISTRY.collect():
         if family.name.startswith("reshape_"):
@@ -159,7 +160,8 @@ def test_queries_use_only_metrics_defined_in_proxy_metrics(path: Path) -> None:
             problems.append(f"{target}: no reshape_ metric in {target.expr!r}")
         for name in sorted(used - set(defined)):
             problems.append(
-                f"{target}: {name} is not defined in proxy/metrics.py (not yet added, or renamed?)"
+                f"{target}: {name} is not defined in reshape/features/telemetry/metrics.py "
+                "(not yet added, or renamed?)"
             )
     assert not problems, "\n".join(problems)
 

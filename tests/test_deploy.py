@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from addons.client_access import client_allowed
-from proxy.cli import _parser, run_config
-from proxy.config import RunConfig
+from reshape.app.config import RunConfig
+from reshape.cli import _parser, run_config
+from reshape.features.client_access.addon import client_allowed
 from tests.conftest import REPO, RESHAPE
 
 DEPLOY = REPO / "deploy"

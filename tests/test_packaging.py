@@ -56,7 +56,7 @@ def test_ci_runs_make_test_and_keeps_pytest_status() -> None:
 def test_docker_command_passes_the_cli_checks() -> None:
     import json
 
-    from proxy.cli import _parser, run_config
+    from reshape.cli import _parser, run_config
 
     dockerfile = (REPO / "Dockerfile").read_text()
     cmd_text = dockerfile.split("\nCMD ", 1)[1].split("\n\n", 1)[0]

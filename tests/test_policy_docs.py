@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from proxy.policy.decode import schema_keys
-from proxy.policy.loader import parse_policy_text
-from proxy.policy.schema import PolicyFile
+from reshape.policy.decode import schema_keys
+from reshape.policy.loader import parse_policy_text
+from reshape.policy.schema import PolicyFile
 
 README = Path(__file__).resolve().parents[1] / "policies" / "README.md"
 
@@ -26,7 +26,7 @@ def test_yaml_examples_are_valid() -> None:
 
 
 def test_shipped_policy_files_are_valid() -> None:
-    from proxy.policy.loader import load_policy_file
+    from reshape.policy.loader import load_policy_file
 
     for path in sorted(README.parent.glob("*.yaml")):
         load_policy_file(path)

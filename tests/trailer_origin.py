@@ -27,7 +27,7 @@ import h2.events
 import h2.exceptions
 import h11
 
-from bench.labkit.pki import IssuedCert
+from labkit.pki import IssuedCert
 from tests.scripted_origins import ScriptedOrigin
 
 Fields = list[tuple[bytes, bytes]]

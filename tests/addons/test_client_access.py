@@ -5,7 +5,7 @@ import ipaddress
 import pytest
 from mitmproxy.test import tflow
 
-from addons.client_access import ClientAccess, client_allowed
+from reshape.features.client_access.addon import ClientAccess, client_allowed
 
 ALLOWED = (ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("2001:db8::/32"))
 

@@ -1,4 +1,5 @@
-"""addons/destinations.py: refused destinations get 403 before any connection — unit tests on
+"""reshape/features/destinations/addon.py: refused destinations get 403 before any connection — unit
+tests on
 flows, then `reshape run` with curl."""
 
 from __future__ import annotations
@@ -12,14 +13,19 @@ import pytest
 from mitmproxy.proxy import server_hooks
 from mitmproxy.test import tflow
 
-from addons.destinations import Destinations, Resolver, kernel_says_local, own_addresses
-from bench.labkit.origins import Origin, nginx_origin
-from proxy import metrics
-from proxy.addresses import ListenAddress
-from proxy.destinations import ip_of
-from proxy.policy.chooser import PolicyChooser
-from proxy.policy.loader import parse_policy_text
-from proxy.policy.reload import PolicyHolder
+from labkit.origins import Origin, nginx_origin
+from reshape.base.addresses import ListenAddress
+from reshape.features.destinations.addon import (
+    Destinations,
+    Resolver,
+    kernel_says_local,
+    own_addresses,
+)
+from reshape.features.destinations.rules import ip_of
+from reshape.features.telemetry import metrics
+from reshape.policy.chooser import PolicyChooser
+from reshape.policy.loader import parse_policy_text
+from reshape.policy.reload import PolicyHolder
 from tests.conftest import REPO, StartProxy, curl_via_proxy
 
 STRICT = """\

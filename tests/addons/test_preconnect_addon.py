@@ -1,4 +1,4 @@
-"""addons/preconnect.py: its pure helpers (the hooks run end to end in
+"""reshape/features/preconnect/addon.py: its pure helpers (the hooks run end to end in
 test_preconnect_through_proxy.py)."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from mitmproxy.test import tutils
 
-from addons.preconnect import is_navigation, origin_of, referer_origin, route_header
-from proxy.upstream.gateway import RouteHeader
+from reshape.features.preconnect.addon import is_navigation, origin_of, referer_origin, route_header
+from reshape.upstream.gateway import RouteHeader
 
 
 @pytest.mark.parametrize(

@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.labkit.origins import nginx_origin
-from bench.labkit.pki import OriginPKI
-from bench.labkit.relay import Relay, RelayThread, relays
+from labkit.origins import nginx_origin
+from labkit.pki import OriginPKI
+from labkit.relay import Relay, RelayThread, relays
 from tests.conftest import RunningProxy, StartProxy
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,5 @@
-"""addons/proxy_auth.py: Basic proxy authentication — unit tests on flows, then `reshape run
+"""reshape/features/proxy_auth/addon.py: Basic proxy authentication — unit tests on flows, then
+`reshape run
 --users` on 0.0.0.0 with curl and real origins."""
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from pathlib import Path
 import pytest
 from mitmproxy.test import tflow
 
-from addons.proxy_auth import ProxyAuthentication, parse_basic
-from bench.labkit.origins import Origin
-from proxy import metrics
-from proxy.users import Users, hash_password, save_users
+from labkit.origins import Origin
+from reshape.features.proxy_auth.addon import ProxyAuthentication, parse_basic
+from reshape.features.proxy_auth.users import Users, hash_password, save_users
+from reshape.features.telemetry import metrics
 from tests.conftest import REPO, RESHAPE, StartProxy, curl_via_proxy, free_port
 from tests.scripted_origins import ScriptedOrigin
 
@@ -139,7 +140,7 @@ def test_off_without_a_users_file() -> None:
 
 def test_users_file_changes_take_effect(users_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     addon = ProxyAuthentication(users_path)
-    monkeypatch.setattr("addons.proxy_auth.RELOAD_CHECK_SECONDS", 0.0)
+    monkeypatch.setattr("reshape.features.proxy_auth.addon.RELOAD_CHECK_SECONDS", 0.0)
     save_users(users_path, Users({"bob": hash_password("b", n=16, r=1, p=1)}))
     addon._next_check = 0.0
     flow = tflow.tflow()

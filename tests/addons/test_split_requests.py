@@ -14,9 +14,9 @@ import pytest
 from mitmproxy.test import tutils
 from prometheus_client import REGISTRY
 
-from addons.split_requests import SplitRequests
-from bench.labkit.origins import Origin, nginx_origin
-from bench.labkit.pki import OriginPKI
+from labkit.origins import Origin, nginx_origin
+from labkit.pki import OriginPKI
+from reshape.features.split_requests.addon import SplitRequests
 from tests.conftest import RunningProxy, StartProxy
 
 GAP = 0.05

@@ -22,13 +22,13 @@ from mitmproxy import connection, http
 from mitmproxy.proxy import server_hooks
 from mitmproxy.test import tflow
 
-from addons.tls_records import TlsRecords
-from bench.labkit.browser import load_page
-from bench.labkit.origins import Origin, hypercorn_origin, nginx_origin
-from bench.labkit.pki import OriginPKI
-from bench.labkit.sites import Site, build_multi_origin_site
-from proxy.policy.chooser import PolicyChooser
-from proxy.policy.loader import parse_policy_text
+from labkit.browser import load_page
+from labkit.origins import Origin, hypercorn_origin, nginx_origin
+from labkit.pki import OriginPKI
+from labkit.sites import Site, build_multi_origin_site
+from reshape.features.tls_records.addon import TlsRecords
+from reshape.policy.chooser import PolicyChooser
+from reshape.policy.loader import parse_policy_text
 from tests.conftest import StartProxy
 
 MB = 1_048_576

@@ -1,4 +1,5 @@
-"""addons/trailers.py on mitmproxy test flows: hooks called as the proxy calls them, no sockets.
+"""reshape/features/trailers/addon.py on mitmproxy test flows: hooks called as the proxy calls them,
+no sockets.
 
 tests/proxy/test_trailers_through_proxy.py has the real clients, origins and the proxy."""
 
@@ -10,12 +11,12 @@ import pytest
 from mitmproxy import http
 from mitmproxy.test import tflow
 
-from addons.trailers import DigestingStream, Trailers
-from proxy import metrics
-from proxy.policy.chooser import PolicyChooser
-from proxy.policy.loader import parse_policy_text
-from proxy.telemetry import ByteCounter, Telemetry
-from proxy.trailers import ContentDigest
+from reshape.features.telemetry import metrics
+from reshape.features.telemetry.addon import ByteCounter, Telemetry
+from reshape.features.trailers.addon import DigestingStream, Trailers
+from reshape.features.trailers.rules import ContentDigest
+from reshape.policy.chooser import PolicyChooser
+from reshape.policy.loader import parse_policy_text
 
 POLICY = """
 version: 1

@@ -16,7 +16,7 @@ from bench.lab_network import chain, policy_file, rtt_link
 from bench.lab_report import replace_section
 from bench.lab_sites import HOSTS, PAGES, build_pages
 from bench.lab_stats import median_interval, percentile, summarize
-from bench.labkit.relay import Link, Relay
+from labkit.relay import Link, Relay
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = REPO / "bench" / "lab"
@@ -79,7 +79,7 @@ def test_chained_links_add_delays_and_keep_the_lower_rate() -> None:
 def test_cap_policy_files_pass_reshape_policy_check(tmp_path: Path) -> None:
     policy = policy_file(tmp_path, "cap3", {"max_connections_per_host": 3})
     checked = subprocess.run(
-        [sys.executable, "-m", "proxy.cli", "policy", "check", str(policy)],
+        [sys.executable, "-m", "reshape.cli", "policy", "check", str(policy)],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from certs.authority import CAError, init_ca, load_ca, paths, trust_instructions
+from reshape.app.authority import CAError, init_ca, load_ca, paths, trust_instructions
 
 
 def test_init_creates_a_private_key_file_and_reuses_it(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ import h2.errors
 import h2.events
 import h11
 
-from bench.labkit.pki import IssuedCert
+from labkit.pki import IssuedCert
 from tests.scripted_origins import ScriptedOrigin
 
 CUT_DECLARED = 100_000

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.labkit.origins import nginx_origin
-from bench.labkit.pki import OriginPKI
+from labkit.origins import nginx_origin
+from labkit.pki import OriginPKI
 from tests.conftest import StartProxy
 from tests.hardening.clients import WellBehavedClient, exchange, read_response, status_of
 from tests.hardening.faulty_origins import FaultyOrigin

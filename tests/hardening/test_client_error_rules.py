@@ -1,4 +1,5 @@
-"""proxy/client_errors.py without sockets: classification of mitmproxy's error messages, the head
+"""reshape/features/client_errors/rules.py without sockets: classification of mitmproxy's error
+messages, the head
 checks, and the HTTP/2 flood meter (hypothesis over arbitrary inputs and frame sequences)."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mitmproxy.net.http import http1, validate
 
-from proxy.client_errors import (
+from reshape.features.client_errors.rules import (
     CLIENT_ERROR_KINDS,
     FRAME_KINDS,
     FloodLimits,

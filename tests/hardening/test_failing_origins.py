@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.labkit.pki import OriginPKI
+from labkit.pki import OriginPKI
 from tests.conftest import RunningProxy, StartProxy
 from tests.hardening.faulty_origins import (
     CUT_DECLARED,

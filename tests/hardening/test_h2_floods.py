@@ -14,7 +14,7 @@ import h2.errors
 import httpx
 import pytest
 
-from bench.labkit.pki import OriginPKI
+from labkit.pki import OriginPKI
 from tests.conftest import StartProxy
 from tests.hardening.faulty_origins import FaultyOrigin
 from tests.hardening.h2_attacker import attack
@@ -23,7 +23,7 @@ POLICIES = {
     "direct": "version: 1\ndefault: p\npolicies:\n  p: {}\n",
     "pooled": "version: 1\ndefault: p\npolicies:\n  p:\n    upstream: {}\n",
 }
-# proxy/client_errors.py FloodLimits: a reset budget of 200 at once.
+# reshape/features/client_errors/rules.py FloodLimits: a reset budget of 200 at once.
 RESET_BURST = 200
 
 

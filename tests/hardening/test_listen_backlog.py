@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.runtime import LISTEN_BACKLOG
+from reshape.app.runtime import LISTEN_BACKLOG
 from tests.conftest import StartProxy
 
 

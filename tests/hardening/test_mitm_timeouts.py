@@ -1,4 +1,4 @@
-"""mitmproxy's own origin connections time out (proxy/mitm_patches.py `time_out_origins`): a
+"""mitmproxy's own origin connections time out (reshape/mitm/patches.py `time_out_origins`): a
 connect that hangs gets 502, an origin that never sends a response head gets 504.
 
 Sans-IO first: mitmproxy's HttpLayer driven by hand (events in, commands out) pins the
@@ -34,9 +34,9 @@ from mitmproxy.proxy.context import Context
 from mitmproxy.proxy.layers.http import HttpLayer, HTTPMode
 from mitmproxy.utils import asyncio_utils
 
-from bench.labkit.pki import OriginPKI
-from proxy import mitm_patches
-from proxy.mitm_addons import proxy_addons
+from labkit.pki import OriginPKI
+from reshape.mitm import patches as mitm_patches
+from reshape.mitm.addons import proxy_addons
 from tests.hardening.faulty_origins import Backlog, FaultyOrigin
 from tests.scripted_origins import ScriptedOrigin
 

@@ -1,5 +1,6 @@
 """Client connections that send nothing at all are closed after the header timeout
-(addons/silent_clients.py); clients that speak, even slowly or after a pause, are not."""
+(reshape/features/client_errors/silent_clients.py); clients that speak, even slowly or after a
+pause, are not."""
 
 from __future__ import annotations
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from proxy.cli import main
-from proxy.client_errors import DEFAULT_HEADER_TIMEOUT
-from proxy.config import RunConfig
-from proxy.policy.schema import UpstreamKnobs
+from reshape.app.config import RunConfig
+from reshape.cli import main
+from reshape.features.client_errors.rules import DEFAULT_HEADER_TIMEOUT
+from reshape.policy.schema import UpstreamKnobs
 
 OPTIONS = ["--client-header-timeout", "--origin-connect-timeout", "--origin-read-timeout"]
 
@@ -26,13 +26,13 @@ def test_a_timeout_that_is_not_positive_is_refused(
 
 
 def test_the_default_and_the_worker_handover(monkeypatch: pytest.MonkeyPatch) -> None:
-    from proxy.addresses import parse_listen_address
-    from proxy.serve import worker_config, worker_environment
+    from reshape.app.serve import worker_config, worker_environment
+    from reshape.base.addresses import parse_listen_address
 
     config = RunConfig(
         listen=parse_listen_address("127.0.0.1:0", option="--listen"),
         admin=parse_listen_address("127.0.0.1:0", option="--admin"),
-        policy_path=Path("policies/default.yaml"),
+        policy_path=Path("reshape/policy/default.yaml"),
         confdir=Path("/tmp/c"),
         upstream_ca=None,
         workers=2,

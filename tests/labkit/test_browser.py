@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.labkit.browser import PageLoadError, load_page, proxy_flags, trust_cas
-from bench.labkit.origins import Origin, hypercorn_origin, nginx_origin
-from bench.labkit.pki import OriginPKI
-from bench.labkit.sites import Site, build_multi_origin_site
+from labkit.browser import PageLoadError, load_page, proxy_flags, trust_cas
+from labkit.origins import Origin, hypercorn_origin, nginx_origin
+from labkit.pki import OriginPKI
+from labkit.sites import Site, build_multi_origin_site
 
 
 @pytest.fixture(scope="module")

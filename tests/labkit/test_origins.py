@@ -11,15 +11,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.labkit.origins import (
+from labkit.origins import (
     Origin,
     OriginStartError,
     hypercorn_origin,
     nginx_config,
     nginx_origin,
 )
-from bench.labkit.pki import IssuedCert, OriginPKI
-from bench.labkit.static_app import StaticFiles
+from labkit.pki import IssuedCert, OriginPKI
+from labkit.static_app import StaticFiles
 
 OriginFactory = Callable[..., AbstractContextManager[Origin]]
 

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from bench.labkit.sites import Site, build_multi_origin_site, png
+from labkit.sites import Site, build_multi_origin_site, png
 
 BASE_URLS = {
     "main": "https://127.0.0.2:8443",

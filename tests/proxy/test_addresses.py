@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.addresses import ListenAddress, parse_listen_address
-from proxy.errors import UsageError
+from reshape.base.addresses import ListenAddress, parse_listen_address
+from reshape.base.errors import UsageError
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.addresses import ListenAddress
-from proxy.admin import AdminContent, AdminServer, pac_file
+from reshape.app.admin import AdminContent, AdminServer, pac_file
+from reshape.base.addresses import ListenAddress
 
 PROXY = ListenAddress("127.0.0.1", 8080)
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.labkit.browser import load_page
-from bench.labkit.origins import hypercorn_origin, nginx_origin
-from bench.labkit.pki import OriginPKI
-from bench.labkit.sites import Site, build_multi_origin_site
+from labkit.browser import load_page
+from labkit.origins import hypercorn_origin, nginx_origin
+from labkit.pki import OriginPKI
+from labkit.sites import Site, build_multi_origin_site
 from tests.conftest import StartProxy
 
 

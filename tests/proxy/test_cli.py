@@ -39,7 +39,7 @@ def run_args(tmp_path: Path, *extra: str) -> list[str]:
 
 
 def test_policy_check_accepts_the_default_file() -> None:
-    result = reshape("policy", "check", "policies/default.yaml")
+    result = reshape("policy", "check", "reshape/policy/default.yaml")
     assert result.returncode == 0
     assert "ok" in result.stdout
 

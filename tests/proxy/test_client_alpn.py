@@ -1,4 +1,4 @@
-"""Which protocol reshape speaks to TLS clients (PreferH2ToClients in proxy/mitm_patches.py).
+"""Which protocol reshape speaks to TLS clients (PreferH2ToClients in reshape/mitm/patches.py).
 
 Without the shared pool mitmproxy connects to the origin first and mirrors its ALPN, so an
 HTTP/1.1-only origin gets an HTTP/1.1 client (an HTTP/2 client would make mitmproxy open an origin
@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.labkit.origins import Origin, nginx_origin
-from bench.labkit.pki import OriginPKI
+from labkit.origins import Origin, nginx_origin
+from labkit.pki import OriginPKI
 from tests.conftest import StartProxy
 
 BODY = b"x" * 4096

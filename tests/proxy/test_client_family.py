@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.client_family import CLIENT_FAMILIES, client_family
+from reshape.base.client_family import CLIENT_FAMILIES, client_family
 
 USER_AGENTS = [
     (

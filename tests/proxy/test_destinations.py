@@ -1,4 +1,5 @@
-"""proxy/destinations.py: which destination addresses are refused, without sockets."""
+"""reshape/features/destinations/rules.py: which destination addresses are refused, without
+sockets."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy import metrics
-from proxy.addresses import ListenAddress
-from proxy.destinations import (
+from reshape.base.addresses import ListenAddress
+from reshape.features.destinations.rules import (
     REASONS,
     OwnAddresses,
     category,
@@ -18,7 +18,8 @@ from proxy.destinations import (
     refusal,
     refusal_message,
 )
-from proxy.policy.schema import DestinationKnobs
+from reshape.features.telemetry import metrics
+from reshape.policy.schema import DestinationKnobs
 
 DEFAULTS = DestinationKnobs()
 DENY_ALL = DestinationKnobs(private="deny", link_local="deny", loopback="deny")

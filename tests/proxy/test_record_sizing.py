@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.policy.schema import TlsRecordKnobs
-from proxy.record_sizing import MAX_RECORD_BYTES, RecordSizer, sizer_for, slices
+from reshape.features.tls_records.rules import MAX_RECORD_BYTES, RecordSizer, sizer_for, slices
+from reshape.policy.schema import TlsRecordKnobs
 
 sizers = st.builds(
     lambda small, extra, warmup, idle: RecordSizer(

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.labkit.origins import Origin, nginx_origin
+from labkit.origins import Origin, nginx_origin
 from tests.conftest import RunningProxy, StartProxy
 
 BODY = b"y" * 5000

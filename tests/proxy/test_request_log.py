@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from mitmproxy.test import tflow
 
-from addons.upstream_pool import parse_assignment
-from bench.labkit.origins import Origin, nginx_origin
-from proxy.errors import UsageError
-from proxy.policy.chooser import PolicyChooser
-from proxy.policy.loader import parse_policy_text
-from proxy.request_log import RequestLogFile, RequestRecords, record
-from proxy.upstream.exchange import Assignment
+from labkit.origins import Origin, nginx_origin
+from reshape.base.errors import UsageError
+from reshape.features.pool.addon import parse_assignment
+from reshape.features.request_log.addon import RequestLogFile, RequestRecords, record
+from reshape.policy.chooser import PolicyChooser
+from reshape.policy.loader import parse_policy_text
+from reshape.upstream.types import Assignment
 from tests.conftest import StartProxy
 
 POLICY = parse_policy_text("version: 1\ndefault: a\npolicies: {a: {}}\n", Path("p.yaml"))

@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.labkit.origins import Origin, hypercorn_origin, nginx_origin
-from bench.labkit.pki import OriginPKI
+from labkit.origins import Origin, hypercorn_origin, nginx_origin
+from labkit.pki import OriginPKI
 from tests.conftest import RunningProxy, StartProxy, http_get
 from tests.scripted_origins import SlowOrigin
 

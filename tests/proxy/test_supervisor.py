@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.labkit.origins import Origin, nginx_origin
+from labkit.origins import Origin, nginx_origin
 from tests.conftest import RunningProxy, StartProxy, http_get
 
 

@@ -1,4 +1,4 @@
-"""proxy/trailers.py: the per-response decisions, without sockets."""
+"""reshape/features/trailers/rules.py: the per-response decisions, without sockets."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy import metrics
-from proxy.policy.schema import FORBIDDEN_TRAILER_FIELDS, TrailerKnobs
-from proxy.trailers import (
+from reshape.features.telemetry import metrics
+from reshape.features.trailers.rules import (
     ACTIONS,
     ContentDigest,
     Delivery,
@@ -22,6 +21,7 @@ from proxy.trailers import (
     plan_for,
     settle,
 )
+from reshape.policy.schema import FORBIDDEN_TRAILER_FIELDS, TrailerKnobs
 
 H1, H2 = "HTTP/1.1", "HTTP/2.0"
 

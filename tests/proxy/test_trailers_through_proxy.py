@@ -23,8 +23,8 @@ import h2.connection
 import h2.events
 import pytest
 
-from bench.labkit.browser import load_page
-from bench.labkit.pki import OriginPKI
+from labkit.browser import load_page
+from labkit.pki import OriginPKI
 from tests.conftest import RssPeak, RunningProxy, StartProxy
 from tests.trailer_origin import COOKIE, TrailerOrigin, body_sha256
 

@@ -1,4 +1,5 @@
-"""proxy/users.py: the users file (format, hashing, permissions) and `reshape users`."""
+"""reshape/features/proxy_auth/users.py: the users file (format, hashing, permissions) and `reshape
+users`."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy import users as users_file
-from proxy.users import (
+from reshape.features.proxy_auth import users as users_file
+from reshape.features.proxy_auth.users import (
     PasswordHash,
     Users,
     UsersFileError,

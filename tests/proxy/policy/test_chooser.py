@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 from mitmproxy.test import tflow
 
-from bench.labkit.origins import nginx_origin
-from proxy.policy.chooser import (
+from labkit.origins import nginx_origin
+from reshape.policy.chooser import (
     UNIT_COOKIE,
     PolicyChooser,
     selection_of,
     take_unit_cookie,
     unit_cookie_header,
 )
-from proxy.policy.loader import parse_policy_text
-from proxy.policy.reload import PolicyHolder
+from reshape.policy.loader import parse_policy_text
+from reshape.policy.reload import PolicyHolder
 from tests.conftest import StartProxy
 
 COOKIE_POLICY = parse_policy_text(

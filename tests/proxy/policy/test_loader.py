@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.policy.loader import PolicyFileError, load_policy_file, parse_policy_text
-from proxy.policy.schema import PolicyFile
+from reshape.policy.loader import PolicyFileError, load_policy_file, parse_policy_text
+from reshape.policy.schema import PolicyFile
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -22,7 +22,7 @@ def problems(text: str) -> list[str]:
 
 
 def test_default_file_is_valid_and_plain() -> None:
-    policy_file = load_policy_file(REPO / "policies" / "default.yaml")
+    policy_file = load_policy_file(REPO / "reshape" / "policy" / "default.yaml")
     assert policy_file.version == 1
     assert policy_file.default == "baseline"
     assert set(policy_file.policies) == {"baseline"}

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy import metrics
-from proxy.policy.loader import load_policy_file
-from proxy.policy.reload import (
+from reshape.features.telemetry import metrics
+from reshape.policy.loader import load_policy_file
+from reshape.policy.reload import (
     ChangeDetector,
     FileSignature,
     PolicyHolder,

@@ -7,8 +7,8 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.policy.loader import parse_policy_text
-from proxy.policy.selection import NO_ARM, RequestFacts, assign_arm, label_values, select
+from reshape.policy.loader import parse_policy_text
+from reshape.policy.selection import NO_ARM, RequestFacts, assign_arm, label_values, select
 
 POLICY = parse_policy_text(
     textwrap.dedent(

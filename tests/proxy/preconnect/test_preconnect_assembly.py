@@ -7,8 +7,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.preconnect.assembly import Learned, NavigationParts
-from proxy.preconnect.navigations import NavigationOutcome, OriginUse
+from reshape.features.preconnect.assembly import Learned, NavigationParts
+from reshape.features.preconnect.navigations import NavigationOutcome, OriginUse
 
 F = "https://news.test:443"
 

@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from proxy.preconnect.board import NavigationBoard
+from reshape.features.preconnect.board import NavigationBoard
 
 F = "https://news.test:443"
 

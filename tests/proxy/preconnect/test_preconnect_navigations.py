@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.preconnect.navigations import NavigationTracker, OriginUse
+from reshape.features.preconnect.navigations import NavigationTracker, OriginUse
 
 F = "https://news.test:443"
 CDN = "https://cdn.test:443"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.preconnect.assembly import Learned
-from proxy.preconnect.navigations import NavigationOutcome, OriginUse
-from proxy.preconnect.store import TableStore
+from reshape.features.preconnect.assembly import Learned
+from reshape.features.preconnect.navigations import NavigationOutcome, OriginUse
+from reshape.features.preconnect.store import TableStore
 
 F = "https://news.test:443"
 CDN = "https://cdn.test:443"

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.preconnect.navigations import NavigationOutcome, OriginUse
-from proxy.preconnect.table import OriginTable, Prediction, connections_wanted
+from reshape.features.preconnect.navigations import NavigationOutcome, OriginUse
+from reshape.features.preconnect.table import OriginTable, Prediction, connections_wanted
 
 F = "https://news.test:443"
 CDN = "https://cdn.test:443"

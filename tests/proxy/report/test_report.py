@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.report import build_report, text_report, write_plots
+from reshape.report import build_report, text_report, write_plots
 from tests.conftest import REPO, RESHAPE, free_port
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.labkit.origins import Origin, nginx_origin
+from labkit.origins import Origin, nginx_origin
 from tests.conftest import REPO, RESHAPE, StartProxy
 from tests.prometheus import Prometheus
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.report import stats
+from reshape.report import stats
 
 
 def test_wilson_interval_known_value() -> None:

@@ -7,9 +7,9 @@ import contextlib
 import math
 from collections.abc import AsyncIterator
 
-from proxy.upstream.engine import Engine, Route
-from proxy.upstream.exchange import UpstreamRequest, UpstreamResponse
-from proxy.upstream.pool import PoolKey, PoolLimits
+from reshape.upstream.engine import Engine, Route
+from reshape.upstream.pool import PoolKey, PoolLimits
+from reshape.upstream.types import UpstreamRequest, UpstreamResponse
 
 HOST = "127.0.0.91"
 

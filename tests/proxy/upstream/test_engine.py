@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.labkit.origins import hypercorn_origin, nginx_origin
-from bench.labkit.pki import OriginPKI
-from bench.labkit.relay import RelayThread, relays
+from labkit.origins import hypercorn_origin, nginx_origin
+from labkit.pki import OriginPKI
+from labkit.relay import RelayThread, relays
 from tests.conftest import RssPeak, RunningProxy, StartProxy
 from tests.scripted_origins import PipelineBreakingOrigin, SlowOrigin
 

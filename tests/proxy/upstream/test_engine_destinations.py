@@ -9,11 +9,11 @@ import dataclasses
 import pytest
 from prometheus_client import REGISTRY
 
-from proxy.addresses import ListenAddress
-from proxy.destinations import OwnAddresses, refusal
-from proxy.policy.schema import DestinationKnobs
-from proxy.upstream.engine import DestinationRefused, Engine
-from proxy.upstream.gateway import Gateway, RouteHeader
+from reshape.base.addresses import ListenAddress
+from reshape.features.destinations.rules import OwnAddresses, refusal
+from reshape.policy.schema import DestinationKnobs
+from reshape.upstream.engine import DestinationRefused, Engine
+from reshape.upstream.gateway import Gateway, RouteHeader
 from tests.proxy.upstream.inprocess import HOST, fetch, limits, running
 
 DENY_LOOPBACK = DestinationKnobs(loopback="deny")

@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 
-from proxy.upstream.engine import Route
-from proxy.upstream.exchange import UpstreamRequest
+from reshape.upstream.engine import Route
+from reshape.upstream.types import UpstreamRequest
 from tests.proxy.upstream.inprocess import (
     HOST,
     DelayingOrigin,

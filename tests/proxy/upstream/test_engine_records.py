@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.labkit.pki import OriginPKI
-from proxy.policy.schema import TlsRecordKnobs
-from proxy.upstream.engine import Engine, Route
-from proxy.upstream.exchange import UpstreamRequest
-from proxy.upstream.pool import PoolKey, PoolLimits
+from labkit.pki import OriginPKI
+from reshape.policy.schema import TlsRecordKnobs
+from reshape.upstream.engine import Engine, Route
+from reshape.upstream.pool import PoolKey, PoolLimits
+from reshape.upstream.types import UpstreamRequest
 from tests.proxy.upstream.inprocess import body
 
 ORIGIN = "127.0.0.93"

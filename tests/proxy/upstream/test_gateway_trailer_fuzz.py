@@ -8,7 +8,7 @@ import h11
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.upstream.gateway import _trailer_fields
+from reshape.upstream.gateway import _trailer_fields
 
 names = st.one_of(
     st.sampled_from(

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.upstream.http1 import (
+from reshape.upstream.http1 import (
     BodyData,
     Event,
     Http1Error,

@@ -15,7 +15,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from proxy.upstream.pool import (
+from reshape.upstream.pool import (
     MAX_ATTEMPTS,
     Action,
     Assign,

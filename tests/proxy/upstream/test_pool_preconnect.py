@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.upstream.pool import (
+from reshape.upstream.pool import (
     Action,
     Assign,
     AssignKind,

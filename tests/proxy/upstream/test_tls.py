@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.labkit.pki import OriginPKI
-from proxy.upstream.tls import ALPN_H1, ALPN_H2, TlsClient, TlsError, client_context
+from labkit.pki import OriginPKI
+from reshape.upstream.tls import ALPN_H1, ALPN_H2, TlsClient, TlsError, client_context
 
 
 def server_context(pki: OriginPKI, alpn: list[str]) -> ssl.SSLContext:

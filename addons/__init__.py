@@ -1,1 +1,0 @@
-"""One mitmproxy addon per reshaping behaviour."""

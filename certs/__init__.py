@@ -1,1 +1,0 @@
-"""CA tooling: create, load, check and describe the interception CA."""

@@ -1,0 +1,423 @@
+"""Real origin servers on loopback addresses, for tests and benchmarks.
+
+Each origin is a subprocess (nginx, or hypercorn serving `static_app`) wrapped in a context manager
+that returns only once the server accepts connections and, on exit, stops and reaps it — also when
+the body raises. 127.0.0.2, 127.0.0.3, … are distinct hosts to a browser and to the proxy, so a
+multi-origin site needs no DNS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from labkit.pki import IssuedCert
+from labkit.static_app import CONTENT_TYPES, DEFAULT_CONTENT_TYPE, ROOT_ENV
+
+NGINX = "/usr/sbin/nginx"
+START_TIMEOUT = 20.0
+STOP_TIMEOUT = 5.0
+# How often to retry nginx on a fresh port when the one picked was taken meanwhile.
+_PORT_ATTEMPTS = 5
+_LOG_TAIL_LINES = 30
+# nginx creates these scratch directories at start-up, by default under /var/lib/nginx.
+_NGINX_TEMP_KINDS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+_REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class OriginStartError(RuntimeError):
+    """An origin server did not come up; the message carries the tail of its logs."""
+
+
+@dataclass(frozen=True)
+class Origin:
+    """A running origin server: where it listens and what it offers."""
+
+    host: str
+    port: int
+    scheme: str
+    protocols: tuple[str, ...]
+    # Written by the server for every request it answers; gone with the workdir unless one was
+    # given to the context manager.
+    access_log: Path | None = None
+
+    def url(self, path: str = "/") -> str:
+        """An absolute URL on this origin."""
+        if not path.startswith("/"):
+            path = "/" + path
+        return f"{self.scheme}://{self.host}:{self.port}{path}"
+
+
+@contextmanager
+def nginx_origin(
+    root: Path,
+    host: str = "127.0.0.2",
+    *,
+    port: int = 0,
+    tls: IssuedCert | None = None,
+    http2: bool = False,
+    workdir: Path | None = None,
+    keepalive_requests: int = 10_000,
+) -> Iterator[Origin]:
+    """nginx serving `root` statically on `host`; HTTPS with `tls`, h2 (via ALPN) with `http2`.
+
+    `keepalive_requests`: nginx closes a connection after answering this many requests on it
+    (the last one says `Connection: close`) — an origin that ends pipelines early.
+
+    With `port=0` a free port is picked. Logs and the generated nginx.conf go to `workdir`
+    (a temporary directory, removed afterwards, if None).
+    """
+    if http2 and tls is None:
+        # Cleartext `listen ... http2` would speak only prior-knowledge h2c, not HTTP/1.1.
+        raise ValueError("nginx_origin: http2=True needs tls (h2 is offered via ALPN)")
+    protocols = ("h2", "http/1.1") if http2 else ("http/1.1",)
+    with _directory(workdir, "reshape-nginx-") as directory:
+        process, chosen = _start_nginx(
+            root.resolve(), host, port, tls, http2, directory, keepalive_requests
+        )
+        try:
+            yield Origin(
+                host, chosen, "https" if tls else "http", protocols, directory / "access.log"
+            )
+        finally:
+            _stop(process)
+
+
+@contextmanager
+def hypercorn_origin(
+    root: Path,
+    host: str = "127.0.0.3",
+    *,
+    port: int = 0,
+    tls: IssuedCert | None = None,
+    workdir: Path | None = None,
+    keep_alive_max_requests: int = 1_000_000,
+    http2: bool = True,
+) -> Iterator[Origin]:
+    """hypercorn serving `root` statically on `host`; with `tls`, HTTPS offering h2 and HTTP/1.1
+    (HTTP/1.1 only if not `http2`).
+
+    `keep_alive_max_requests`: hypercorn ends a connection (HTTP/2: GOAWAY) after this many
+    requests; its own default, 1,000, would make "one connection" depend on the request count.
+
+    With `port=0` a free port is picked. Logs go to `workdir` (temporary if None).
+    """
+    with _directory(workdir, "reshape-hypercorn-") as directory:
+        # The parent binds (never listens), so the port is ours from the start, and hypercorn,
+        # handed the socket, starts listening — a connect succeeds exactly when it serves.
+        with socket.socket(_family(host), socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host, port))
+            except OSError as error:
+                raise OriginStartError(f"hypercorn: cannot bind {host}:{port}: {error}") from error
+            chosen = sock.getsockname()[1]
+            argv = [
+                sys.executable,
+                "-m",
+                "hypercorn",
+                "--bind",
+                f"fd://{sock.fileno()}",
+                "--workers",
+                "0",  # serve in this process: one pid to stop, nothing to orphan
+                "--worker-class",
+                "uvloop",
+                "--graceful-timeout",
+                "1",
+                "--config",
+                str(_hypercorn_config(directory, keep_alive_max_requests, http2)),
+                "--access-logfile",
+                str(directory / "access.log"),
+                "--error-logfile",
+                str(directory / "error.log"),
+            ]
+            if tls is not None:
+                argv += ["--certfile", str(tls.cert_path), "--keyfile", str(tls.key_path)]
+            argv.append("labkit.static_app:app_from_environment()")
+            env = {
+                **os.environ,
+                ROOT_ENV: str(root.resolve()),
+                "PYTHONPATH": os.pathsep.join(
+                    filter(None, [str(_REPO_ROOT), os.environ.get("PYTHONPATH")])
+                ),
+            }
+            process = _launch(
+                "hypercorn",
+                argv,
+                directory,
+                env=env,
+                pass_fds=(sock.fileno(),),
+                is_ready=lambda: _accepts(host, chosen),
+                logs=[directory / "error.log"],
+            )
+        try:
+            yield Origin(
+                host,
+                chosen,
+                "https" if tls else "http",
+                ("h2", "http/1.1") if tls and http2 else ("http/1.1",),
+                directory / "access.log",
+            )
+        finally:
+            _stop(process)
+
+
+def nginx_config(
+    root: Path,
+    host: str,
+    port: int,
+    tls: IssuedCert | None,
+    http2: bool,
+    directory: Path,
+    keepalive_requests: int = 10_000,
+) -> str:
+    """The nginx.conf for one static origin whose pid, logs and temp files live in `directory`."""
+    listen = f"{_bracketed(host)}:{port}" + (" ssl" if tls else "") + (" http2" if http2 else "")
+    types = "\n".join(
+        f"        {media_type} {' '.join(sorted(s.lstrip('.') for s in suffixes))};"
+        for media_type, suffixes in _suffixes_by_type().items()
+    )
+    temp_paths = "\n".join(
+        f"    {kind}_temp_path {_quote(directory / 'tmp' / kind)};" for kind in _NGINX_TEMP_KINDS
+    )
+    tls_lines = (
+        f"""
+        ssl_certificate {_quote(tls.cert_path)};
+        ssl_certificate_key {_quote(tls.key_path)};
+        ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_session_cache shared:origin_tls:1m;"""
+        if tls
+        else ""
+    )
+    # As root, nginx's workers would switch to `nobody`, who cannot enter mkdtemp's 0700 dirs.
+    user = "user root;\n" if os.geteuid() == 0 else ""
+    return f"""# Generated by labkit/origins.py
+{user}worker_processes 1;
+pid {_quote(directory / "nginx.pid")};
+error_log {_quote(directory / "error.log")} warn;
+
+events {{
+    worker_connections 1024;
+}}
+
+http {{
+    types {{
+{types}
+    }}
+    default_type {DEFAULT_CONTENT_TYPE};
+{temp_paths}
+
+    log_format origin '$remote_addr:$remote_port conn=$connection req=$connection_requests '
+                      '"$request" $status $body_bytes_sent $request_time';
+    access_log {_quote(directory / "access.log")} origin;
+
+    sendfile on;
+    tcp_nopush on;
+    tcp_nodelay on;
+    keepalive_timeout 65s;
+    keepalive_requests {keepalive_requests};
+    # The bytes on the wire must be the bytes on disk, which the site manifests hash.
+    gzip off;
+    server_tokens off;
+
+    server {{
+        listen {listen};
+        server_name _;
+        root {_quote(root)};{tls_lines}
+
+        location / {{
+        }}
+    }}
+}}
+"""
+
+
+def _start_nginx(
+    root: Path,
+    host: str,
+    port: int,
+    tls: IssuedCert | None,
+    http2: bool,
+    directory: Path,
+    keepalive_requests: int,
+) -> tuple[subprocess.Popen[bytes], int]:
+    # nginx cannot be handed a bound socket, so a picked port may be taken before nginx binds it:
+    # then pick again.
+    attempts = _PORT_ATTEMPTS if port == 0 else 1
+    for attempt in range(1, attempts + 1):
+        chosen = port or _free_port(host)
+        conf = directory / "nginx.conf"
+        conf.write_text(nginx_config(root, host, chosen, tls, http2, directory, keepalive_requests))
+        pid_file = directory / "nginx.pid"
+        pid_file.unlink(missing_ok=True)
+        for kind in _NGINX_TEMP_KINDS:
+            (directory / "tmp" / kind).mkdir(parents=True, exist_ok=True)
+        argv = [
+            NGINX,
+            "-p",
+            str(directory),
+            "-e",
+            str(directory / "error.log"),
+            "-c",
+            str(conf),
+            "-g",
+            "daemon off;",
+        ]
+        try:
+            process = _launch(
+                "nginx",
+                argv,
+                directory,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                is_ready=functools.partial(_nginx_ready, pid_file, host, chosen),
+                logs=[directory / "error.log"],
+            )
+        except OriginStartError as error:
+            if attempt < attempts and "Address already in use" in str(error):
+                continue
+            raise
+        return process, chosen
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _nginx_ready(pid_file: Path, host: str, port: int) -> bool:
+    # The pid file appears only after nginx bound its port, so a connect then reaches nginx and
+    # not whoever else might hold the port.
+    return pid_file.exists() and _accepts(host, port)
+
+
+def _launch(
+    name: str,
+    argv: list[str],
+    directory: Path,
+    *,
+    env: dict[str, str],
+    is_ready: Callable[[], bool],
+    logs: list[Path],
+    pass_fds: tuple[int, ...] = (),
+) -> subprocess.Popen[bytes]:
+    """Starts `argv` and waits until `is_ready()`; on failure stops it and raises with log tails."""
+    output = directory / f"{name}.output"
+    for log in [output, *logs]:
+        log.write_bytes(b"")  # this run's lines only, so a failure shows its own cause
+    with output.open("wb") as sink:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=directory,
+            env=env,
+            pass_fds=pass_fds,
+            # Its own process group: a stop can reach every process the server forked.
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            status = process.poll()
+            if status is not None:
+                raise OriginStartError(
+                    f"{name} exited with status {status} before accepting connections "
+                    f"({' '.join(argv)}):\n{_tails([output, *logs])}"
+                )
+            if is_ready():
+                return process
+            if time.monotonic() > deadline:
+                raise OriginStartError(
+                    f"{name} did not accept connections within {START_TIMEOUT:.0f}s "
+                    f"({' '.join(argv)}):\n{_tails([output, *logs])}"
+                )
+            time.sleep(0.02)
+    except BaseException:
+        _stop(process)
+        raise
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """Asks the server to stop, kills its process group if it does not, and reaps it."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _hypercorn_config(directory: Path, keep_alive_max_requests: int, http2: bool = True) -> Path:
+    config = directory / "hypercorn.toml"
+    alpn = '["h2", "http/1.1"]' if http2 else '["http/1.1"]'
+    config.write_text(
+        f"keep_alive_max_requests = {keep_alive_max_requests}\nalpn_protocols = {alpn}\n"
+    )
+    return config
+
+
+@contextmanager
+def _directory(given: Path | None, prefix: str) -> Iterator[Path]:
+    if given is not None:
+        given.mkdir(parents=True, exist_ok=True)
+        yield given.resolve()
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as temporary:
+        yield Path(temporary)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(_family(host), socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _accepts(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _quote(path: Path) -> str:
+    escaped = str(path).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def _suffixes_by_type() -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = {}
+    for suffix, media_type in CONTENT_TYPES.items():
+        grouped.setdefault(media_type, []).append(suffix)
+    return grouped
+
+
+def _tails(logs: list[Path]) -> str:
+    parts = []
+    for log in logs:
+        try:
+            lines = log.read_text(errors="replace").splitlines()[-_LOG_TAIL_LINES:]
+        except FileNotFoundError:
+            continue
+        if lines:
+            parts.append(f"--- {log.name} ---\n" + "\n".join(lines))
+    return "\n".join(parts) or "(no output)"

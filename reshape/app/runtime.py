@@ -1,0 +1,356 @@
+"""Process start-up: prepare (policy, CA, trust), run one proxy process, shut down gracefully.
+
+Where bytes enter: mitmproxy's listener on `config.listen` (ProxyProcess). Which module decides:
+the addons added in `ProxyProcess.__init__`, in order. Where bytes leave: mitmproxy's server
+connections (and, with later issues, reshape's upstream engine).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import mitmproxy.version
+from mitmproxy import options
+from mitmproxy.master import Master
+from mitmproxy.utils import asyncio_utils
+
+import reshape
+from reshape.app.authority import CertificateAuthority, init_ca
+from reshape.app.config import (
+    DEFAULT_ORIGIN_CONNECT_TIMEOUT,
+    DEFAULT_ORIGIN_READ_TIMEOUT,
+    RunConfig,
+)
+from reshape.base.addresses import ListenAddress, Network
+from reshape.base.errors import ReshapeError
+from reshape.features.client_access.addon import ClientAccess
+from reshape.features.client_errors.addon import ClientErrors
+from reshape.features.client_errors.rules import DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_HEAD_BYTES
+from reshape.features.client_errors.silent_clients import SilentClients
+from reshape.features.destinations.addon import Destinations, own_addresses
+from reshape.features.destinations.rules import refusal
+from reshape.features.pool.addon import UpstreamPool
+from reshape.features.preconnect.addon import Preconnect
+from reshape.features.proxy_auth.addon import EVERY_CLIENT, ProxyAuthentication
+from reshape.features.proxy_auth.users import Users, users_for_run
+from reshape.features.request_log.addon import RequestRecords
+from reshape.features.split_requests.addon import SplitRequests
+from reshape.features.telemetry import metrics
+from reshape.features.telemetry.addon import Telemetry
+from reshape.features.tls_records.addon import TlsRecords
+from reshape.features.trailers.addon import Trailers
+from reshape.mitm import patches as mitm_patches
+from reshape.mitm.addons import proxy_addons
+from reshape.policy.chooser import PolicyChooser
+from reshape.policy.loader import load_policy_file
+from reshape.policy.reload import PolicyHolder
+from reshape.policy.schema import DestinationKnobs, PolicyFile, TlsRecordKnobs, UpstreamKnobs
+from reshape.policy.selection import label_values
+from reshape.upstream.engine import Engine, Route
+from reshape.upstream.gateway import Gateway, RouteHeader
+from reshape.upstream.pool import PoolKey, PoolLimits
+from reshape.upstream.trust import write_trust_bundle
+
+log = logging.getLogger("reshape")
+
+# Connections the kernel may queue for the proxy's listener (capped by net.core.somaxconn).
+LISTEN_BACKLOG = 4096
+# Each client connection may have this many requests in flight to the internal gateway at once.
+GATEWAY_CONNECTIONS_PER_CLIENT = 256
+
+# mitmproxy logs every client connect/disconnect at INFO; reshape logs start-up facts and errors.
+_QUIET_LOGGERS = ("mitmproxy.proxy.server", "mitmproxy.proxy.mode_servers")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything checked before any socket is opened."""
+
+    policy_file: PolicyFile
+    ca: CertificateAuthority
+    ca_created: bool
+    trust_bundle: Path
+    # Proxy authentication (`--users`): the file and its users, checked; None: off.
+    users_path: Path | None = None
+    users: Users | None = None
+    # The admin endpoint, which the proxy refuses as a destination
+    # (reshape/features/destinations/rules.py).
+    admin: ListenAddress | None = None
+
+
+def prepare(config: RunConfig) -> Prepared:
+    policy_file = load_policy_file(config.policy_path)
+    ca, created = init_ca(config.confdir)
+    trust_bundle = write_trust_bundle(config.confdir, config.upstream_ca)
+    users = users_for_run(config.users) if config.users else None
+    return Prepared(policy_file, ca, created, trust_bundle, config.users, users, config.admin)
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
+    )
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def stop_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT (Ctrl-C)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+class ProxyProcess:
+    """One mitmproxy master with reshape's addons, listening on `listen`."""
+
+    def __init__(
+        self,
+        listen: ListenAddress,
+        confdir: Path,
+        prepared: Prepared,
+        *,
+        reuse_port: bool,
+        allow_clients: Sequence[Network] = (),
+        policy: PolicyHolder | None = None,
+        request_log: Path | None = None,
+        client_header_timeout: float = DEFAULT_HEADER_TIMEOUT,
+        origin_timeouts: tuple[float, float] = (
+            DEFAULT_ORIGIN_CONNECT_TIMEOUT,
+            DEFAULT_ORIGIN_READ_TIMEOUT,
+        ),
+    ) -> None:
+        if reuse_port:
+            mitm_patches.listen_with_reuse_port()
+        self.listen = listen
+        self.prepared = prepared
+        # The policy in force (reloadable); `prepared.policy_file` is only the one at start-up.
+        self.policy = policy or PolicyHolder(None, prepared.policy_file)
+        self.telemetry = Telemetry()
+        self.engine = Engine(prepared.trust_bundle)
+        self.gateway = Gateway(self.engine, self.route_for)
+        self.master = Master(options.Options(), with_termlog=False)
+        self.master.addons.add(*proxy_addons())
+        # First, so an unauthenticated client learns nothing from the addons after it.
+        self.master.addons.add(ProxyAuthentication(prepared.users_path, prepared.users))
+        self.master.addons.add(
+            ClientAccess(allow_clients or (EVERY_CLIENT if prepared.users else ())),
+            mitm_patches.PreferH2ToClients(),
+            PolicyChooser(self.policy),
+            self.telemetry,
+        )
+        self.destinations = Destinations(  # after PolicyChooser: checks by the policy chosen
+            self.policy, own_addresses(listen, prepared.admin), self.telemetry.internal_addresses
+        )
+        self.master.addons.add(self.destinations)
+        # The pool's connections: checked on the address connected to, as mitmproxy's are.
+        self.engine.destination_refusal = lambda peer, knobs: refusal(
+            peer, knobs, self.destinations.own
+        )
+        self.master.addons.add(RequestRecords(request_log))
+        self.master.addons.add(
+            Preconnect(self.engine, self.policy, self.route_for, confdir, shared=reuse_port)
+        )
+        tls_records, split_requests = TlsRecords(), SplitRequests()
+        self.master.addons.add(tls_records, split_requests)
+        self.master.addons.add(Trailers())  # after Telemetry: wraps its stream callable
+        mitm_patches.size_tls_records(tls_records.record_sizes)
+        mitm_patches.report_split_requests(split_requests.request_split)
+        mitm_patches.carry_http1_trailers()
+        client_errors = ClientErrors()  # counts bad input; the patch refuses what hooks miss
+        self.master.addons.add(
+            client_errors, SilentClients(client_header_timeout, client_errors.report)
+        )
+        mitm_patches.guard_client_input(
+            client_errors.report,
+            max_head_bytes=DEFAULT_MAX_HEAD_BYTES,
+            header_timeout=client_header_timeout,
+        )
+        mitm_patches.listen_with_backlog(LISTEN_BACKLOG)  # connection storms (bench/soak)
+        # mitmproxy's own origin connections; the internal gateway's are the pool's to time.
+        mitm_patches.time_out_origins(*origin_timeouts, exempt=self.telemetry.internal_addresses)
+        self.master.options.update(
+            listen_host=listen.host,
+            listen_port=listen.port,
+            confdir=str(confdir),
+            ssl_verify_upstream_trusted_ca=str(prepared.trust_bundle),
+            block_global=False,  # ClientAccess decides who may connect (--allow-clients)
+            # Request bodies above this stream to the origin instead of being held whole.
+            stream_large_bodies="1m",
+            # With a pool, connect only once the request is known: pooled requests never need
+            # mitmproxy's own connection (eager opens one per client at CONNECT time). Without
+            # one, eager: lazy makes mitmproxy 12.2.3 open an origin connection per request when
+            # an HTTP/2 client talks to an HTTP/1.1-only origin.
+            connection_strategy=connection_strategy(self.policy.current),
+        )
+        metrics.precreate(label_values(self.policy.current))
+        self.policy.on_change(self._policy_changed)
+        metrics.build_info.labels(reshape.__version__, mitmproxy.version.VERSION).set(1)
+        self._exception_handler = contextlib.ExitStack()
+
+    @property
+    def proxyserver(self):  # mitmproxy.addons.proxyserver.Proxyserver
+        return self.master.addons.get("proxyserver")
+
+    def route_for(self, header: RouteHeader) -> Route | None:
+        """The engine's route for a request the UpstreamPool addon sent to the gateway."""
+        policy = self.policy.policy(header.policy)
+        if policy is None or policy.upstream is None:
+            return None
+        records = policy.tls_records
+        return route(
+            header,
+            policy.upstream,
+            policy.destinations,
+            records if records is not None and records.side == "both" else None,
+        )
+
+    def _policy_changed(self, old: PolicyFile, new: PolicyFile) -> None:
+        metrics.precreate(label_values(new))
+        # mitmproxy reads the option when a client connection's layers decide to connect, so the
+        # switch applies to client connections opened from now on; open ones keep their strategy.
+        strategy = connection_strategy(new)
+        if strategy != self.master.options.connection_strategy:
+            log.info(
+                "connection strategy now %s (policies %s the upstream pool)",
+                strategy,
+                "use" if strategy == "lazy" else "no longer use",
+            )
+            self.master.options.update(connection_strategy=strategy)
+
+    async def start(self) -> ListenAddress:
+        """Listen and run; a ReshapeError (e.g. port in use) if the listener cannot start."""
+        self.engine.start()
+        gateway = await self.gateway.start()
+        gateway_address = (gateway.host, gateway.port)
+        mitm_patches.allow_connections(gateway_address, GATEWAY_CONNECTIONS_PER_CLIENT)
+        self.telemetry.internal_addresses.add(gateway_address)
+        self.destinations.listening_on(gateway_address)
+        self.master.addons.add(UpstreamPool(gateway, self.gateway.token))
+        self._exception_handler.enter_context(
+            asyncio_utils.install_exception_handler(self.master._asyncio_exception_handler)
+        )
+        self._exception_handler.enter_context(asyncio_utils.set_eager_task_factory())
+        ok = await self.proxyserver.setup_servers()
+        instances = list(self.proxyserver.servers)
+        if not ok or not instances or not instances[0].is_running:
+            reason = next(
+                (str(i.last_exception) for i in instances if i.last_exception), "unknown error"
+            )
+            self._exception_handler.close()
+            await self.gateway.stop()
+            await self.engine.stop()
+            raise ReshapeError(f"cannot listen on {self.listen}: {_strip_mitmproxy_hint(reason)}")
+        await self.master.running()
+        host, port = self.proxyserver.listen_addrs()[0][:2]
+        self.destinations.listening_on((host, port))
+        return ListenAddress(host, port)
+
+    @property
+    def is_listening(self) -> bool:
+        return any(instance.is_running for instance in self.proxyserver.servers)
+
+    async def stop(self, drain_seconds: float) -> None:
+        """Stop accepting, let requests in flight finish (at most `drain_seconds`), shut down."""
+        for instance in list(self.proxyserver.servers):
+            if instance.is_running:
+                await instance.stop()
+        deadline = time.monotonic() + drain_seconds
+        while self.telemetry.in_flight > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if self.telemetry.in_flight:
+            log.warning(
+                "drain timed out; abandoning %d requests in flight", self.telemetry.in_flight
+            )
+        await self.master.done()
+        await self.gateway.stop()
+        await self.engine.stop()
+        await _end_leftover_tasks()
+        self._exception_handler.close()
+
+
+async def _end_leftover_tasks() -> None:
+    """Cancel what is still running (idle keep-alive connections, timers) and wait for it, so the
+    process ends without "Task was destroyed" or cancelled-callback noise."""
+    current = asyncio.current_task()
+    leftovers = [task for task in asyncio.all_tasks() if task is not current]
+    for task in leftovers:
+        task.cancel()
+    await asyncio.gather(*leftovers, return_exceptions=True)
+
+
+def uses_pool(policy_file: PolicyFile) -> bool:
+    return any(policy.upstream is not None for policy in policy_file.policies.values())
+
+
+def connection_strategy(policy_file: PolicyFile) -> str:
+    return "lazy" if uses_pool(policy_file) else "eager"
+
+
+def route(
+    header: RouteHeader,
+    knobs: UpstreamKnobs,
+    destinations: DestinationKnobs,
+    records: TlsRecordKnobs | None = None,
+) -> Route:
+    return Route(
+        key=PoolKey(header.scheme, header.host, header.port, header.sni),
+        limits=PoolLimits(
+            max_connections=knobs.max_connections_per_host,
+            max_queue=knobs.max_queue,
+            queue_timeout=knobs.queue_timeout,
+            idle_timeout=knobs.idle_timeout,
+            pipeline_depth=knobs.pipeline_depth,
+            http2=knobs.http2,
+        ),
+        connect_timeout=knobs.connect_timeout,
+        read_timeout=knobs.read_timeout,
+        policy=header.policy,
+        arm=header.arm,
+        destinations=destinations,
+        records=records,
+    )
+
+
+def _strip_mitmproxy_hint(reason: str) -> str:
+    # mitmproxy appends "Try specifying a different port by using `--mode ...`": not our CLI.
+    first = reason.split("\n", 1)[0]
+    return first.split(" with ", 1)[1] if " with " in first else first
+
+
+def log_startup(
+    config: RunConfig, prepared: Prepared, listen: ListenAddress, admin: ListenAddress
+) -> None:
+    ca = prepared.ca
+    log.info("reshape %s (mitmproxy %s)", reshape.__version__, mitmproxy.version.VERSION)
+    log.info("proxy listening on %s", listen)
+    log.info("admin endpoint on http://%s (/metrics /healthz /proxy.pac /ca.pem)", admin)
+    log.info(
+        "CA %s %s, SHA-256 %s",
+        "created" if prepared.ca_created else "loaded",
+        ca.cert_path,
+        ca.sha256_fingerprint,
+    )
+    log.info(
+        "policy file %s: default %r, %d policies, %d rules, %d experiments",
+        config.policy_path,
+        prepared.policy_file.default,
+        len(prepared.policy_file.policies),
+        len(prepared.policy_file.rules),
+        len(prepared.policy_file.experiments),
+    )
+    log.info("origins verified against %s", prepared.trust_bundle)
+    if prepared.users is not None:
+        users, path = len(prepared.users.hashes), prepared.users_path
+        log.info("proxy authentication (Basic): %d users in %s", users, path)
+    if config.workers > 1:
+        log.info("%d worker processes share the listen port (SO_REUSEPORT)", config.workers)

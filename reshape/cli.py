@@ -1,0 +1,366 @@
+"""The `reshape` command line: run, ca init|show, policy check."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+import reshape
+from reshape.app import config as defaults
+from reshape.app.config import RunConfig
+from reshape.base.addresses import parse_listen_address, parse_networks
+from reshape.base.errors import ReshapeError, UsageError
+
+log = logging.getLogger("reshape")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="reshape",
+        description="A forward proxy that reshapes browser-origin traffic.",
+    )
+    parser.add_argument("--version", action="version", version=f"reshape {reshape.__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="start the proxy")
+    run.add_argument(
+        "--listen",
+        default=defaults.DEFAULT_LISTEN,
+        metavar="HOST:PORT",
+        help="proxy address (default %(default)s)",
+    )
+    run.add_argument(
+        "--admin",
+        default=defaults.DEFAULT_ADMIN,
+        metavar="HOST:PORT",
+        help="admin endpoint: /metrics /healthz /proxy.pac /ca.pem (default %(default)s)",
+    )
+    run.add_argument(
+        "--policy",
+        type=Path,
+        default=defaults.DEFAULT_POLICY,
+        metavar="FILE",
+        help="policy file (default: the one shipped with reshape, %(default)s)",
+    )
+    _confdir(run)
+    run.add_argument(
+        "--upstream-ca",
+        type=Path,
+        metavar="FILE",
+        help="extra CA bundle (PEM) trusted for origins, besides the system store",
+    )
+    run.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="proxy processes sharing the listen port (default 1)",
+    )
+    run.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=defaults.DEFAULT_DRAIN_SECONDS,
+        metavar="S",
+        help="on SIGTERM, wait at most S seconds for requests in flight",
+    )
+    run.add_argument(
+        "--allow-clients",
+        default="",
+        metavar="CIDR[,CIDR...]",
+        help="client networks allowed besides loopback; required when --listen or --admin "
+        "is not a loopback address",
+    )
+    run.add_argument(
+        "--request-log",
+        type=Path,
+        metavar="FILE",
+        help="append one JSON line per completed request (what `reshape report --log` reads)",
+    )
+    run.add_argument(
+        "--users",
+        nargs="?",
+        const=_DEFAULT_USERS,
+        type=Path,
+        metavar="FILE",
+        help="require proxy authentication (Basic) by the users in FILE (default: CONFDIR/users; "
+        "manage them with `reshape users`)",
+    )
+    run.add_argument(
+        "--client-header-timeout",
+        type=float,
+        default=defaults.DEFAULT_HEADER_TIMEOUT,
+        metavar="S",
+        help="a client must send each request head within S seconds, else 408 "
+        "(default %(default)s)",
+    )
+    run.add_argument(
+        "--origin-connect-timeout",
+        type=float,
+        default=defaults.DEFAULT_ORIGIN_CONNECT_TIMEOUT,
+        metavar="S",
+        help="policies without upstream: (mitmproxy's own origin connections) give up "
+        "connecting after S seconds, 502 (default %(default)s; pooled: the policy's)",
+    )
+    run.add_argument(
+        "--origin-read-timeout",
+        type=float,
+        default=defaults.DEFAULT_ORIGIN_READ_TIMEOUT,
+        metavar="S",
+        help="policies without upstream: wait S seconds for a response head, then 504 "
+        "(default %(default)s; pooled: the policy's)",
+    )
+
+    ca = commands.add_parser("ca", help="the interception CA")
+    ca_commands = ca.add_subparsers(dest="ca_command", required=True, metavar="ACTION")
+    _confdir(ca_commands.add_parser("init", help="create the CA, or reuse the one in confdir"))
+    show = ca_commands.add_parser("show", help="path, fingerprint and how to trust the CA")
+    _confdir(show)
+    show.add_argument(
+        "--admin",
+        default=defaults.DEFAULT_ADMIN,
+        metavar="HOST:PORT",
+        help="admin address to mention for downloading /ca.pem",
+    )
+
+    policy = commands.add_parser("policy", help="policy files")
+    policy_commands = policy.add_subparsers(dest="policy_command", required=True, metavar="ACTION")
+    check = policy_commands.add_parser("check", help="validate a policy file")
+    check.add_argument("file", type=Path)
+
+    report = commands.add_parser("report", help="compare the arms of an experiment")
+    report.add_argument("--experiment", required=True, metavar="NAME")
+    source = report.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prometheus", metavar="URL", help="a Prometheus server scraping reshape")
+    source.add_argument("--log", type=Path, metavar="FILE", help="a `run --request-log` file")
+    report.add_argument("--plot", type=Path, metavar="DIR", help="write PNG charts into DIR")
+    report.add_argument(
+        "--since", metavar="DURATION", help="only the last DURATION (30s, 15m, 2h, 1d)"
+    )
+
+    users = commands.add_parser("users", help="users for proxy authentication (run --users)")
+    users_commands = users.add_subparsers(dest="users_command", required=True, metavar="ACTION")
+    add = users_commands.add_parser("add", help="add a user, or change a user's password")
+    add.add_argument("name")
+    add.add_argument(
+        "--password-stdin", action="store_true", help="read the password from one line of stdin"
+    )
+    remove = users_commands.add_parser("remove", help="remove a user")
+    remove.add_argument("name")
+    listing = users_commands.add_parser("list", help="list the users' names")
+    for sub in (add, remove, listing):
+        _confdir(sub)
+        sub.add_argument("--users", type=Path, metavar="FILE", help="default: CONFDIR/users")
+
+    worker = commands.add_parser("_worker")  # started by the supervisor; not for people
+    worker.add_argument("index", type=int)
+    return parser
+
+
+def _confdir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--confdir",
+        type=Path,
+        default=defaults.DEFAULT_CONFDIR,
+        metavar="DIR",
+        help="CA and state directory (default %(default)s)",
+    )
+
+
+def run_config(args: argparse.Namespace) -> RunConfig:
+    if args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {args.workers}")
+    for option in ("client_header_timeout", "origin_connect_timeout", "origin_read_timeout"):
+        if not getattr(args, option) > 0:
+            flag = "--" + option.replace("_", "-")
+            raise UsageError(f"{flag} must be positive, got {getattr(args, option)}")
+    if args.drain_seconds < 0:
+        raise UsageError(f"--drain-seconds must not be negative, got {args.drain_seconds}")
+    listen = parse_listen_address(args.listen, option="--listen")
+    admin = parse_listen_address(args.admin, option="--admin")
+    allow_clients = parse_networks(args.allow_clients, option="--allow-clients")
+    users = _users_path(args) if args.users else None
+    if not listen.is_loopback and not allow_clients and users is None:
+        raise UsageError(
+            f"--listen {listen} is reachable from other machines: reshape would be open to "
+            "anyone there; require proxy authentication with --users FILE (see `reshape users "
+            "add`), or say who may use it with --allow-clients CIDR[,CIDR...] "
+            "(e.g. --allow-clients 10.0.0.0/8)"
+        )
+    if not admin.is_loopback and not allow_clients:
+        raise UsageError(
+            f"--admin {admin} is reachable from other machines and the admin endpoint has no "
+            "authentication (--users does not cover it): keep it on loopback, or say who may "
+            "reach it with --allow-clients CIDR[,CIDR...]"
+        )
+    return RunConfig(
+        listen=listen,
+        admin=admin,
+        policy_path=args.policy,
+        confdir=args.confdir.expanduser(),
+        upstream_ca=args.upstream_ca,
+        workers=args.workers,
+        drain_seconds=args.drain_seconds,
+        allow_clients=allow_clients,
+        request_log=args.request_log,
+        users=users,
+        client_header_timeout=args.client_header_timeout,
+        origin_connect_timeout=args.origin_connect_timeout,
+        origin_read_timeout=args.origin_read_timeout,
+    )
+
+
+def _run(args: argparse.Namespace) -> None:
+    import uvloop
+
+    from reshape.app.runtime import setup_logging
+
+    config = run_config(args)
+    setup_logging()
+    if config.workers > 1:
+        from reshape.app.supervisor import serve_supervised
+
+        uvloop.run(serve_supervised(config))
+    else:
+        from reshape.app.serve import serve_single
+
+        uvloop.run(serve_single(config))
+
+
+def _worker(args: argparse.Namespace) -> None:
+    import uvloop
+
+    from reshape.app.runtime import setup_logging
+    from reshape.app.serve import serve_worker
+
+    setup_logging()
+    uvloop.run(serve_worker(args.index))
+
+
+def _ca(args: argparse.Namespace) -> None:
+    from reshape.app.authority import init_ca, load_ca, trust_instructions
+
+    confdir = args.confdir.expanduser()
+    if args.ca_command == "init":
+        ca, created = init_ca(confdir)
+        print(f"{'created' if created else 'reusing'} CA {ca.cert_path}")
+        print(f"SHA-256 {ca.sha256_fingerprint}")
+        return
+    ca = load_ca(confdir)
+    admin = parse_listen_address(args.admin, option="--admin")
+    print(f"certificate: {ca.cert_path}")
+    print(f"key:         {ca.key_path} (never share it)")
+    print(f"subject:     {ca.subject}")
+    print(f"SHA-256:     {ca.sha256_fingerprint}")
+    print()
+    print(trust_instructions(ca, f"http://{admin}"))
+
+
+def _policy(args: argparse.Namespace) -> None:
+    from reshape.policy.loader import load_policy_file
+
+    policy_file = load_policy_file(args.file)
+    print(
+        f"{args.file}: ok — default {policy_file.default!r}, {len(policy_file.policies)} policies, "
+        f"{len(policy_file.rules)} rules, {len(policy_file.experiments)} experiments"
+    )
+
+
+_DEFAULT_USERS = Path("\0default")  # `--users` without FILE: CONFDIR/users
+
+
+def _users_path(args: argparse.Namespace) -> Path:
+    from reshape.features.proxy_auth.users import default_users_path
+
+    if args.users is None or args.users == _DEFAULT_USERS:
+        return default_users_path(args.confdir.expanduser())
+    return Path(args.users).expanduser()
+
+
+def _read_password(from_stdin: bool) -> str:
+    import getpass
+
+    if from_stdin:
+        return sys.stdin.readline().removesuffix("\n").removesuffix("\r")
+    if not sys.stdin.isatty():
+        raise UsageError("stdin is not a terminal: give the password with --password-stdin")
+    password = getpass.getpass("Password: ")
+    if getpass.getpass("Password again: ") != password:
+        raise UsageError("the passwords differ; nothing changed")
+    return password
+
+
+def _users(args: argparse.Namespace) -> None:
+    from reshape.features.proxy_auth import users as users_file
+
+    path = _users_path(args)
+    if args.users_command == "list":
+        print("\n".join(sorted(users_file.load_or_empty(path).hashes)))
+        return
+    users_file.check_name(args.name)
+    if args.users_command == "add":
+        password_hash = users_file.hash_password(_read_password(args.password_stdin))
+    with users_file.locked(path):
+        current = users_file.load_or_empty(path)
+        if args.users_command == "add":
+            users_file.save_users(path, current.with_user(args.name, password_hash))
+            changed = args.name in current.hashes
+            print(f"{'changed the password of' if changed else 'added'} {args.name} in {path}")
+        else:
+            if args.name not in current.hashes:
+                raise UsageError(f"no user {args.name!r} in {path}")
+            users_file.save_users(path, current.without_user(args.name))
+            print(f"removed {args.name} from {path}")
+
+
+def _report(args: argparse.Namespace) -> None:
+    from reshape.report import build_report, text_report, write_plots
+
+    report = build_report(
+        args.experiment, prometheus=args.prometheus, log=args.log, since=args.since
+    )
+    print(text_report(report), end="")
+    if args.plot is not None:
+        for path in write_plots(report, args.plot):
+            print(f"wrote {path}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    handlers = {
+        "run": _run,
+        "_worker": _worker,
+        "ca": _ca,
+        "policy": _policy,
+        "report": _report,
+        "users": _users,
+    }
+    try:
+        handlers[args.command](args)
+    except ReshapeError as e:
+        for line in str(e).splitlines():
+            print(f"reshape: error: {line}", file=sys.stderr)
+        return e.exit_status
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # e.g. `reshape ca show | head`
+        sys.stderr.close()
+        return 0
+    except Exception as e:  # a bug: say so in one line; the traceback only on request
+        if os.environ.get("RESHAPE_DEBUG"):
+            traceback.print_exc()
+        print(
+            f"reshape: internal error: {type(e).__name__}: {e} "
+            "(set RESHAPE_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 70
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

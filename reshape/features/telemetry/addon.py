@@ -1,0 +1,154 @@
+"""A mitmproxy addon that records the base metrics and logs each failed request in one line.
+
+It also counts requests in flight, which the graceful shutdown waits on.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from mitmproxy import connection, http
+from mitmproxy.proxy import server_hooks
+from mitmproxy.proxy.layers import tls
+
+from reshape.features.client_errors.rules import classify_flow_error
+from reshape.features.telemetry import metrics
+from reshape.features.telemetry.metrics import labelled
+from reshape.policy.chooser import selection_of
+
+log = logging.getLogger("reshape.traffic")
+
+
+def client_proto(flow: http.HTTPFlow) -> str:
+    return "h2" if flow.request.http_version.startswith("HTTP/2") else "h1"
+
+
+def upstream_proto(server: connection.Server) -> str:
+    return "h2" if server.alpn == b"h2" else "h1"
+
+
+class ByteCounter:
+    """A `response.stream` callable: passes chunks through unchanged, counting their bytes."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, chunk: bytes) -> bytes:
+        self.count += len(chunk)
+        return chunk
+
+
+# Bodies up to this size, with a Content-Length, are relayed whole rather than streamed.
+SMALL_BODY = 64 * 1024
+
+BYTE_COUNTER = "reshape.byte_counter"  # the ByteCounter a streamed response passes through
+OUTCOME_OVERRIDE = "reshape.outcome"  # set by addons that answer for the origin (e.g. a 503)
+
+
+def error_outcome(flow: http.HTTPFlow) -> str:
+    """How a request that ended in an error ended: `client_error` (bad input, refused: counted by
+    kind in reshape_client_errors_total), `client_aborted` (its client left) or
+    `upstream_error`."""
+    request_complete = flow.request.timestamp_end is not None
+    if flow.error is not None and classify_flow_error(flow.error.msg, request_complete):
+        return "client_error"
+    return "client_aborted" if flow.client_conn.timestamp_end is not None else "upstream_error"
+
+
+class Telemetry:
+    def __init__(self) -> None:
+        self.in_flight = 0
+        # mitmproxy's connections to reshape's own internal listeners are not upstream connections.
+        self.internal_addresses: set[tuple[str, int]] = set()
+        # Ids of origin connections opened without TLS, not counted yet (see server_connected).
+        self._plain_pending: set[str] = set()
+
+    def client_connected(self, client: connection.Client) -> None:
+        metrics.client_connections_total.inc()
+        metrics.client_connections_active.inc()
+
+    def client_disconnected(self, client: connection.Client) -> None:
+        metrics.client_connections_active.dec()
+
+    def server_connected(self, data: server_hooks.ServerConnectionHookData) -> None:
+        # A TLS connection's protocol is known only once ALPN is done: counted when TLS is up.
+        # Whether a connection will be TLS is not always known yet: connecting eagerly for a
+        # CONNECT, mitmproxy opens it before the client's TLS hello arrives. So a connection
+        # without TLS so far is counted (as h1) only once it carries a response or closes
+        # without TLS having started.
+        if not data.server.tls and data.server.address not in self.internal_addresses:
+            self._plain_pending.add(data.server.id)
+
+    def tls_start_server(self, data: tls.TlsData) -> None:
+        self._plain_pending.discard(data.conn.id)
+
+    def server_disconnected(self, data: server_hooks.ServerConnectionHookData) -> None:
+        self._count_plain(data.server)
+
+    def _count_plain(self, server: connection.Server) -> None:
+        if server.id in self._plain_pending:
+            self._plain_pending.discard(server.id)
+            metrics.upstream_connections_opened_total.labels("h1").inc()
+
+    def tls_established_server(self, data: tls.TlsData) -> None:
+        assert isinstance(data.conn, connection.Server)
+        metrics.upstream_connections_opened_total.labels(upstream_proto(data.conn)).inc()
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        self.in_flight += 1
+        flow.metadata["reshape.in_flight"] = True
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        response = flow.response
+        assert response is not None
+        self._count_plain(flow.server_conn)
+        selection = selection_of(flow)
+        if flow.request.timestamp_end and response.timestamp_start:
+            labelled(metrics.transaction_seconds, selection.policy_name, selection.arm).observe(
+                max(0.0, response.timestamp_start - flow.request.timestamp_end)
+            )
+        # The proxy never holds a large or unbounded body: stream it. mitmproxy streams bodies
+        # above stream_large_bodies by itself (`stream = True`, replaced by a callable that
+        # counts); a body without a length could be of any size, so it streams too. A small
+        # body with a length is relayed whole: one write to the client instead of two.
+        if callable(response.stream):
+            return
+        length = response.headers.get("content-length", "")
+        if response.stream or not length.isdigit() or int(length) > SMALL_BODY:
+            # Kept in metadata too: later addons may wrap the stream callable in their own.
+            response.stream = flow.metadata[BYTE_COUNTER] = ByteCounter()
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        response = flow.response
+        assert response is not None
+        selection = selection_of(flow)
+        counter = flow.metadata.get(BYTE_COUNTER)
+        if callable(response.stream) and isinstance(counter, ByteCounter):
+            body_bytes = counter.count
+        else:
+            body_bytes = len(response.raw_content or b"")
+        labelled(metrics.response_bytes_total, selection.policy_name, selection.arm).inc(body_bytes)
+        self._finish(flow, flow.metadata.get(OUTCOME_OVERRIDE, "ok"))
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        outcome = error_outcome(flow)
+        if outcome == "upstream_error":
+            log.warning(
+                "%s %s failed: %s", flow.request.method, flow.request.pretty_url, flow.error
+            )
+        self._finish(flow, outcome)
+
+    def _finish(self, flow: http.HTTPFlow, outcome: str) -> None:
+        if not flow.metadata.pop("reshape.in_flight", False):
+            return  # a response after an error, or a flow we never saw begin
+        self.in_flight -= 1
+        selection = selection_of(flow)
+        labelled(
+            metrics.requests_total,
+            selection.policy_name,
+            selection.arm,
+            client_proto(flow),
+            outcome,
+        ).inc()

@@ -1,0 +1,513 @@
+"""The upstream engine's asyncio driver: executes what the sans-IO pools decide.
+
+One `Engine` per proxy process. For each request it asks the destination's `HostPool` for a
+connection, waits (queued) until the pool assigns one, sends the request on it and hands back the
+streamed response. Connections report what happens on them (`ConnectionRecord`, a
+ConnectionListener) and the driver feeds that back into the pool, running every action the pool
+returns: open, assign, reject, fail, close. A ticker drives timeouts (queue and idle).
+
+`preconnect` opens warm connections for requests expected soon (reshape/features/preconnect/ decides
+which);
+the engine counts each as used or unused once it is known, under the policy that asked for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import ssl
+from collections import OrderedDict
+from collections.abc import Callable, Coroutine, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reshape.features.destinations.rules import Reason, refusal_message
+from reshape.features.telemetry import metrics
+from reshape.features.telemetry.metrics import labelled
+from reshape.features.tls_records.rules import sizer_for
+from reshape.policy.schema import DestinationKnobs, TlsRecordKnobs
+from reshape.upstream.h1 import H1Upstream
+from reshape.upstream.h2 import H2Upstream
+from reshape.upstream.pool import (
+    Action,
+    Assign,
+    AssignKind,
+    Close,
+    Fail,
+    HostPool,
+    Open,
+    PoolKey,
+    PoolLimits,
+    Proto,
+    Reject,
+    RejectReason,
+    Retry,
+)
+from reshape.upstream.tls import ALPN_H1, ALPN_H2, SessionCache, TlsClient, client_context
+from reshape.upstream.types import (
+    Assignment,
+    Unanswered,
+    UpstreamError,
+    UpstreamRequest,
+    UpstreamResponse,
+)
+from reshape.upstream.wire import PeerCheck, PeerRefused, Wire, WireError
+
+log = logging.getLogger("reshape.upstream")
+
+TICK_SECONDS = 0.05
+# How long a new HTTP/2 connection waits for the server's SETTINGS (its stream limit).
+SETTINGS_WAIT = 1.0
+# Destinations whose protocol (h1 or h2) the engine remembers after their pool is gone, so that a
+# new pool, and a preconnect in particular, opens one connection to an h2 origin and several to
+# an HTTP/1.1 one from the start.
+REMEMBERED_PROTOCOLS = 4096
+
+
+class QueueRejected(UpstreamError):
+    """No connection could be had in time: the client gets 503 with Retry-After."""
+
+    def __init__(self, reason: RejectReason, retry_after: int) -> None:
+        super().__init__(
+            {
+                RejectReason.QUEUE_FULL: "too many requests waiting for this origin",
+                RejectReason.QUEUE_TIMEOUT: "waited too long for a connection to this origin",
+                RejectReason.CONNECT_FAILED: "could not connect to the origin",
+            }[reason]
+        )
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class FirstByteTimeout(UpstreamError):
+    """The origin sent no response head within the route's read timeout: the client gets 504."""
+
+
+class DestinationRefused(UpstreamError):
+    """The connection reached an address the route's policy refuses (a name that resolved to an
+    allowed address when the request was checked, and to a refused one for the engine: DNS
+    rebinding): closed before a byte was sent; the client gets 403."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a request goes and under which knobs, as the policy says."""
+
+    key: PoolKey
+    limits: PoolLimits
+    connect_timeout: float
+    read_timeout: float
+    policy: str
+    arm: str
+    # Which addresses the policy lets its connections reach (checked on the connected peer).
+    destinations: DestinationKnobs = DestinationKnobs()
+    # How to size the TLS records of its connections (a policy's `tls_records` with `side:
+    # both`); None: OpenSSL's full records.
+    records: TlsRecordKnobs | None = None
+
+    @property
+    def pool_id(self) -> PoolId:
+        """Which pool serves the route: one per destination and set of limits, so that two
+        policies (two arms of an experiment) with different `upstream:` knobs for one origin
+        each get their own cap, queue and pipelining — and per set of destination and record
+        knobs, so that no request rides a connection its policy would have refused or sized
+        otherwise."""
+        return (self.key, self.limits, self.destinations, self.records)
+
+
+# A pool's identity: its destination, its limits, the addresses it may connect to and how its
+# TLS records are sized.
+PoolId = tuple[PoolKey, PoolLimits, DestinationKnobs, TlsRecordKnobs | None]
+
+
+class Waiter:
+    """One request's place in the pool: the pool's decisions about it arrive in `mailbox`."""
+
+    def __init__(self, waiter_id: int, route: Route) -> None:
+        self.id = waiter_id
+        self.route = route
+        self.mailbox: asyncio.Queue[Action] = asyncio.Queue()
+        # Why the connection opened for it failed, when the pool rejects it for that.
+        self.connect_error: WireError | None = None
+
+
+class ConnectionRecord:
+    """One open (or opening) upstream connection; relays its reports into the pool."""
+
+    def __init__(self, engine: Engine, pool: HostPool, conn_id: int) -> None:
+        self.engine = engine
+        self.pool = pool
+        self.conn_id = conn_id
+        self.upstream: H1Upstream | H2Upstream | None = None
+        self.tls: TlsClient | None = None
+        # Waiters the pool assigned here whose responses have not ended: on loss, those whose
+        # response had not begun (sent or not yet) go back to the pool as unanswered.
+        self.assigned: set[int] = set()
+        # A warm connection: the (policy, arm) that asked for it, and whether a request used it.
+        self.warm_for: tuple[str, str] | None = None
+        self.warm_used = False
+
+    # ConnectionListener
+
+    def request_done(self, waiter_id: int, reusable: bool) -> None:
+        self.assigned.discard(waiter_id)
+        self.engine.run(
+            self.pool,
+            self.pool.request_done(self.conn_id, waiter_id, self.engine.now(), reusable=reusable),
+        )
+
+    def unanswered(self, waiter_ids: list[int], *, never_sent: bool = False) -> None:
+        self.assigned.difference_update(waiter_ids)
+        self.engine.run(
+            self.pool,
+            self.pool.requests_unanswered(
+                self.conn_id, waiter_ids, self.engine.now(), never_sent=never_sent
+            ),
+        )
+
+    def max_streams_changed(self, max_streams: int) -> None:
+        self.engine.run(
+            self.pool, self.pool.max_streams_changed(self.conn_id, max_streams, self.engine.now())
+        )
+
+    def goaway(self) -> None:
+        self.engine.run(self.pool, self.pool.goaway(self.conn_id, self.engine.now()))
+
+    def lost(self, answered: list[int], *, graceful: bool = False) -> None:
+        if self.tls is not None:
+            self.engine.sessions.put(session_key(self.pool), self.tls.session)
+        self.engine.forget_connection(self)
+        unanswered = sorted(self.assigned.difference(answered))
+        self.assigned.clear()
+        broken_before = self.pool.pipelining_broken
+        actions = self.pool.connection_lost(
+            self.conn_id, self.engine.now(), unanswered=unanswered, graceful=graceful
+        )
+        if self.pool.pipelining_broken and not broken_before:
+            metrics.pipelining_disabled_total.inc()
+            log.warning(
+                "%s closed a pipeline without warning: no longer pipelining to it",
+                _describe(self.pool.key),
+            )
+        self.engine.run(self.pool, actions)
+
+
+class Engine:
+    def __init__(self, trust_bundle: Path | None) -> None:
+        self.pools: dict[PoolId, HostPool] = {}
+        self.connections: dict[tuple[HostPool, int], ConnectionRecord] = {}
+        self.waiters: dict[int, Waiter] = {}
+        self.sessions = SessionCache()
+        self._contexts = {
+            True: client_context(trust_bundle, [ALPN_H2, ALPN_H1]),
+            False: client_context(trust_bundle, [ALPN_H1]),
+        }
+        # The latest route of each pool's requests: its connect timeout, destination knobs and
+        # labels apply to the pool's next connection.
+        self._routes: dict[HostPool, Route] = {}
+        # Set by the runtime: why a connection to this peer must not be used under these knobs
+        # (reshape.features.destinations.rules.refusal with the proxy's own addresses), or None.
+        self.destination_refusal: (
+            Callable[[tuple[str, int], DestinationKnobs], Reason | None] | None
+        ) = None
+        self._protocols: OrderedDict[PoolKey, Proto] = OrderedDict()
+        self._warming: tuple[str, str] | None = None  # labels for warm Opens being run
+        # Called with the route of a request that found no pool for its destination (an origin
+        # seen for the first time in a while); returns how many warm connections to open beside
+        # the one the request opens, and their idle timeout (static preconnect, see
+        # reshape/features/preconnect/addon.py), or None.
+        self.first_sight: Callable[[Route], tuple[int, float] | None] | None = None
+        self._next_waiter = 0
+        self._ticker: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def start(self) -> None:
+        self._ticker = asyncio.create_task(self._tick_forever(), name="upstream pool ticker")
+
+    async def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+        now = self.now()
+        for pool in list(self.pools.values()):
+            self.run(pool, pool.close_all(now))
+        for task in list(self._tasks):
+            task.cancel()
+
+    # requests
+
+    async def exchange(self, route: Route, request: UpstreamRequest) -> UpstreamResponse:
+        """Send `request` on a pooled connection; the response head has arrived on return."""
+        self._next_waiter += 1
+        waiter = Waiter(self._next_waiter, route)
+        self.waiters[waiter.id] = waiter
+        labels = (route.policy, route.arm)
+        started = self.now()
+        first_sight = route.pool_id not in self.pools
+        pool = self._pool(route)
+        # The connection of an assignment this request took up, until its response exists (from
+        # then on the response reports its end): if the exchange fails or is cancelled on the
+        # way, `_release` makes sure the pool does not count the request in flight for ever.
+        taken: int | None = None
+        try:
+            self.run(pool, pool.request(waiter.id, started, idempotent=request.idempotent))
+            if first_sight and self.first_sight is not None:
+                # After the request is queued, so that the connection it opens is not warm.
+                wanted = self.first_sight(route)
+                if wanted is not None:
+                    self.preconnect(route, *wanted)
+            queued = waiter.mailbox.empty()
+            if queued:
+                labelled(metrics.requests_queued_total, *labels).inc()
+            while True:
+                decision = await waiter.mailbox.get()
+                if isinstance(decision, Reject):
+                    if decision.reason is not RejectReason.CONNECT_FAILED:
+                        metrics.upstream_queue_rejected_total.labels(
+                            *labels, decision.reason.value
+                        ).inc()
+                        raise QueueRejected(
+                            decision.reason, max(1, math.ceil(route.limits.queue_timeout / 4))
+                        )
+                    if isinstance(waiter.connect_error, PeerRefused):
+                        raise DestinationRefused(str(waiter.connect_error))
+                    reason = f": {waiter.connect_error}" if waiter.connect_error else ""
+                    raise UpstreamError(f"could not connect to {_describe(route.key)}{reason}")
+                if isinstance(decision, Fail):
+                    raise UpstreamError(f"{_describe(route.key)}: {decision.message}")
+                assert isinstance(decision, Assign), decision
+                record = self.connections.get((pool, decision.conn_id))
+                if record is None or record.upstream is None:
+                    continue  # the connection vanished meanwhile; the pool re-decides
+                taken = decision.conn_id
+                labelled(metrics.upstream_requests_total, *labels, decision.kind.value).inc()
+                if decision.kind is AssignKind.PRECONNECTED and record.warm_for is not None:
+                    record.warm_used = True
+                    labelled(metrics.preconnects_total, *record.warm_for, "used").inc()
+                waited = self.now() - started
+                labelled(metrics.request_queue_seconds, *labels).observe(waited)
+                request.assignment = Assignment(decision.kind.value, queued, waited)
+                if request.body or request.body_stream is not None:
+                    labelled(metrics.post_coalesced_total, *labels).inc()
+                try:
+                    response: UpstreamResponse = await asyncio.wait_for(
+                        record.upstream.exchange(waiter.id, request), route.read_timeout
+                    )
+                except TimeoutError:
+                    raise FirstByteTimeout(
+                        f"{_describe(route.key)} sent no response within {route.read_timeout:g} s"
+                    ) from None
+                except Unanswered:
+                    # The connection reported it; the pool sends it again (or fails it).
+                    taken = None
+                    labelled(metrics.upstream_retries_total, *labels).inc()
+                    continue
+                taken = None
+                return response
+        except asyncio.CancelledError:
+            self.run(pool, pool.cancel(waiter.id, self.now()))
+            raise
+        finally:
+            self.waiters.pop(waiter.id, None)
+            self._release(pool, waiter, taken)
+
+    def _release(self, pool: HostPool, waiter: Waiter, taken: int | None) -> None:
+        """A request leaves the engine without a response (an error, or its client left): give
+        back what the pool still counts as its. An assignment it never took up (its client left
+        as the decision arrived) frees the slot as it is: nothing was sent. One it took up whose
+        connection has not reported the end leaves that connection in an unknown state: it
+        takes nothing more. (Both are no-ops when the connection already reported.)"""
+        now = self.now()
+        while not waiter.mailbox.empty():
+            decision = waiter.mailbox.get_nowait()
+            if isinstance(decision, Assign) and decision.conn_id != taken:
+                self.run(pool, pool.request_done(decision.conn_id, waiter.id, now, reusable=True))
+        if taken is not None:
+            self.run(pool, pool.request_done(taken, waiter.id, now, reusable=False))
+
+    def preconnect(self, route: Route, count: int, idle_timeout: float) -> int:
+        """Have `count` connections to the route's destination ready before its requests
+        arrive (fewer for an h2 origin, never above the per-host cap); a warm connection
+        nobody uses closes after `idle_timeout` seconds. Returns how many were opened."""
+        pool = self._pool(route)
+        actions = pool.preconnect(count, self.now(), idle_timeout=idle_timeout)
+        # Labelled before they start: a connect can fail before this returns.
+        self._warming = (route.policy, route.arm)
+        try:
+            self.run(pool, actions)
+        finally:
+            self._warming = None
+        return sum(1 for action in actions if isinstance(action, Open))
+
+    # the pool's decisions
+
+    def run(self, pool: HostPool, actions: Iterable[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Open):
+                record = ConnectionRecord(self, pool, action.conn_id)
+                if action.warm:
+                    record.warm_for = self._warming
+                self.connections[(pool, action.conn_id)] = record
+                metrics.upstream_connections_active.inc()
+                self._spawn(self._connect(pool, record), f"connect {_describe(pool.key)}")
+            elif isinstance(action, Close):
+                closing = self.connections.get((pool, action.conn_id))
+                if closing is not None and closing.upstream is not None:
+                    closing.upstream.close()
+            elif isinstance(action, Retry):
+                pass  # counted where the request learns it went unanswered
+            elif isinstance(action, (Assign, Reject, Fail)):
+                if isinstance(action, Assign):
+                    assigned_to = self.connections.get((pool, action.conn_id))
+                    if assigned_to is not None:
+                        assigned_to.assigned.add(action.waiter_id)
+                waiter = self.waiters.get(action.waiter_id)
+                if waiter is not None:
+                    waiter.mailbox.put_nowait(action)
+                elif isinstance(action, Assign):
+                    # Its client left between the decision and now: give the slot back.
+                    self.run(
+                        pool,
+                        pool.request_done(
+                            action.conn_id, action.waiter_id, self.now(), reusable=True
+                        ),
+                    )
+
+    def forget_connection(self, record: ConnectionRecord) -> None:
+        if self.connections.pop((record.pool, record.conn_id), None) is not None:
+            metrics.upstream_connections_active.dec()
+            if record.warm_for is not None and not record.warm_used:
+                labelled(metrics.preconnects_total, *record.warm_for, "unused").inc()
+
+    async def _connect(self, pool: HostPool, record: ConnectionRecord) -> None:
+        key = pool.key
+        route = self._routes.get(pool)
+        route_timeout = route.connect_timeout if route is not None else 10.0
+        tls = None
+        try:
+            if key.scheme == "https":
+                tls = TlsClient(
+                    self._contexts[pool.limits.http2],
+                    key.sni or key.host,
+                    session=self.sessions.get(session_key(pool)),
+                )
+            record.tls = tls
+            wire = await Wire.open(
+                key.host,
+                key.port,
+                tls=tls,
+                timeout=route_timeout,
+                check_peer=self._peer_check(route) if route is not None else None,
+                sizer=sizer_for(route.records) if route is not None else None,
+            )
+        except (WireError, ssl.SSLError, ValueError) as e:
+            log.warning("upstream %s: %s", _describe(key), e)
+            self.forget_connection(record)
+            actions = pool.connection_failed(record.conn_id, self.now())
+            for action in actions:
+                rejected = (
+                    self.waiters.get(action.waiter_id) if isinstance(action, Reject) else None
+                )
+                if rejected is not None:
+                    rejected.connect_error = e if isinstance(e, WireError) else WireError(str(e))
+            self.run(pool, actions)
+            return
+        if wire.alpn == ALPN_H2:
+            h2_upstream = H2Upstream(wire, record)
+            record.upstream = h2_upstream
+            h2_upstream.start()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(h2_upstream.settings_received.wait(), SETTINGS_WAIT)
+            proto, max_streams = Proto.H2, h2_upstream.max_streams
+        else:
+            record.upstream = H1Upstream(wire, record)
+            proto, max_streams = Proto.H1, 1
+        metrics.upstream_connections_opened_total.labels(proto.value).inc()
+        if tls is not None:
+            metrics.upstream_tls_handshakes_total.labels(
+                "yes" if tls.session_reused else "no"
+            ).inc()
+            self.sessions.put(session_key(pool), tls.session)
+        self._remember_protocol(key, proto)
+        self.run(
+            pool,
+            pool.connection_ready(record.conn_id, proto, self.now(), max_streams=max_streams),
+        )
+
+    # plumbing
+
+    def _pool(self, route: Route) -> HostPool:
+        """The route's pool. After a reload that changes a policy's limits its requests go to a
+        new pool; the old one serves what it has in flight and closes its connections as they
+        fall idle."""
+        pool = self.pools.get(route.pool_id)
+        if pool is None:
+            pool = self.pools[route.pool_id] = HostPool(route.key, route.limits)
+            remembered = self._protocols.get(route.key)
+            if remembered is not None:
+                pool.learned_proto = True
+                pool.known_h2 = remembered is Proto.H2
+            # What one pool learned about an origin that breaks pipelines holds for all.
+            pool.pipelining_broken = any(
+                other.pipelining_broken for other in self.pools.values() if other.key == route.key
+            )
+        self._routes[pool] = route
+        return pool
+
+    def _peer_check(self, route: Route) -> PeerCheck | None:
+        """The check of a new connection's peer address under the route's policy."""
+        refusal = self.destination_refusal
+        if refusal is None:
+            return None
+
+        def check(peer: tuple[str, int]) -> str | None:
+            reason = refusal(peer, route.destinations)
+            if reason is None:
+                return None
+            labelled(metrics.destinations_refused_total, route.policy, route.arm, reason).inc()
+            message = refusal_message(reason, peer[0], peer[1], route.policy, route.key.host)
+            return message.removeprefix("reshape: ") + " (after connecting)"
+
+        return check
+
+    def _remember_protocol(self, key: PoolKey, proto: Proto) -> None:
+        self._protocols[key] = proto
+        self._protocols.move_to_end(key)
+        while len(self._protocols) > REMEMBERED_PROTOCOLS:
+            self._protocols.popitem(last=False)
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coroutine, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            now = self.now()
+            per_host: dict[PoolKey, int] = {}
+            for pool in self.pools.values():
+                per_host[pool.key] = per_host.get(pool.key, 0) + pool.active_connections
+            metrics.upstream_connections_per_host_max.set(max(per_host.values(), default=0))
+            for pool_id, pool in list(self.pools.items()):
+                self.run(pool, pool.tick(now))
+                unused = pool.active_connections == 0 and pool.queued == 0 and pool.in_flight == 0
+                # An unused pool is dropped unless it remembers that its origin breaks pipelines.
+                if unused and not pool.pipelining_broken:
+                    del self.pools[pool_id]
+                    self._routes.pop(pool, None)
+
+
+def session_key(pool: HostPool) -> tuple[PoolKey, bool]:
+    """TLS sessions belong to the SSL context that made them, one per `http2` setting: a session
+    from the other context raises ValueError when offered (two policies, one origin)."""
+    return (pool.key, pool.limits.http2)
+
+
+def _describe(key: PoolKey) -> str:
+    return f"{key.scheme}://{key.host}:{key.port}"

@@ -1,0 +1,256 @@
+"""One HTTP/1.1 connection to an origin: keep-alive, and pipelining when the pool allows it.
+
+Responses come back in request order, so the exchange at the front of the line is the only one
+that reads from the socket; the others wait for their turn. Reading is pulled by the client side
+(the gateway), so a slow client holds back only its own connection to the origin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+
+from reshape.upstream import http1
+from reshape.upstream.types import (
+    ConnectionListener,
+    Headers,
+    Unanswered,
+    UpstreamError,
+    UpstreamRequest,
+)
+from reshape.upstream.wire import Wire, WireError
+
+log = logging.getLogger("reshape.upstream")
+
+
+class H1Response:
+    http_version = "HTTP/1.1"
+
+    def __init__(self, connection: H1Upstream, waiter_id: int, method: bytes) -> None:
+        self._connection = connection
+        self.waiter_id = waiter_id
+        self.method = method
+        self.status = 0
+        self.reason = b""
+        self.headers: Headers = []
+        self.trailers: Headers = []
+        self.started = False  # a byte of this response has arrived
+        self.ended = False
+        self.abandoned = False  # its client left while it waited in a pipeline
+        self.keep_alive = True
+        self.error: Exception | None = None
+        self.turn = asyncio.Event()  # set when this exchange is at the front of the line
+
+    async def read(self) -> bytes:
+        if self.ended:
+            return b""
+        event = await self._connection._next_event(self)
+        if isinstance(event, http1.BodyData):
+            return event.data
+        if isinstance(event, http1.Trailers):
+            self.trailers = list(event.headers)
+            return await self.read()
+        assert isinstance(event, http1.ResponseEnd), event
+        self.ended = True
+        self.keep_alive = event.keep_alive
+        self._connection._finished(self)
+        return b""
+
+    def abort(self) -> None:
+        if not self.ended:
+            self._connection._abandon(self)
+
+
+class H1Upstream:
+    def __init__(self, wire: Wire, listener: ConnectionListener) -> None:
+        self.wire = wire
+        self.listener = listener
+        self.reader = http1.ResponseReader()
+        self.line: collections.deque[H1Response] = collections.deque()
+        self._events: collections.deque[http1.Event] = collections.deque()
+        self.closed = False
+        self._lost_reported = False
+        self.requests_sent = 0
+        self._broken: UpstreamError | None = None
+        wire.on_close = self._closed_while_idle
+
+    def _closed_while_idle(self) -> None:
+        # The origin closed (or sent bytes) while nothing was in flight: never hand it out again.
+        if not self.line:
+            self._lost(UpstreamError("closed by the origin while idle"))
+
+    async def exchange(self, waiter_id: int, request: UpstreamRequest) -> H1Response:
+        if self.closed or self.wire.has_data_or_eof and not self.line:
+            # Found closed (the origin's keep-alive timeout, most often) before a byte left:
+            # any request, a POST too, can go again on another connection.
+            self.listener.unanswered([waiter_id], never_sent=True)
+            self._lost(UpstreamError("closed by the origin while idle"))
+            raise Unanswered("connection closed before the request was sent")
+        response = H1Response(self, waiter_id, request.method)
+        # Framing is this hop's own: the client's Content-Length / Transfer-Encoding never pass.
+        headers = [(b"Host", request.authority)] + [
+            (name, value)
+            for name, value in request.headers
+            if name.lower() not in (b"content-length", b"transfer-encoding")
+        ]
+        streamed = request.body_stream is not None
+        if streamed:
+            headers.append((b"Transfer-Encoding", b"chunked"))
+        elif request.body or request.method in (b"POST", b"PUT", b"PATCH"):
+            headers.append((b"Content-Length", str(len(request.body)).encode()))
+        try:
+            head_and_body = http1.encode_request(
+                request.method, request.target, headers, request.body or None, chunked=streamed
+            )
+        except ValueError as e:
+            raise UpstreamError(f"cannot forward the request: {e}") from None
+        if self.closed or self.wire.is_closed:
+            raise self._unanswered(
+                response, "connection closed before the request was sent", never_sent=True
+            )
+        self.line.append(response)
+        if len(self.line) == 1:
+            response.turn.set()
+        self.reader.expect(request.method)
+        self.requests_sent += 1
+        try:
+            if streamed:
+                await self._send_streamed(head_and_body, request)
+            else:
+                # Head and body in one write: one segment (one TLS record) when they fit.
+                self.wire.write(head_and_body)
+                await self.wire.drain()
+        except asyncio.CancelledError:
+            # The client left while its request was being sent: the origin may have part of
+            # it, so the connection cannot carry on.
+            self._abandon(response)
+            raise
+        except WireError as e:
+            # The origin closed as we wrote. Responses it sent before are still in the buffer
+            # for the requests ahead of this one; only this one is lost.
+            self.closed = True
+            if streamed:
+                self._lost(UpstreamError(str(e)))
+                raise UpstreamError(
+                    f"connection lost while sending the request body: {e}"
+                ) from None
+            if response in self.line:
+                self.line.remove(response)
+            raise self._unanswered(response, str(e)) from None
+        try:
+            event = await self._next_event(response)
+            while isinstance(event, http1.InformationalResponse):
+                event = await self._next_event(response)
+        except asyncio.CancelledError:
+            # The client left while its response was due: nobody will read it, so the
+            # connection cannot carry on (requests behind it go again elsewhere).
+            self._abandon(response)
+            raise
+        assert isinstance(event, http1.ResponseHead), event
+        response.status = event.status
+        response.reason = event.reason
+        response.headers = list(event.headers)
+        return response
+
+    def _unanswered(
+        self, response: H1Response, reason: str, *, never_sent: bool = False
+    ) -> Unanswered:
+        """Report a request that got no answer (the pool sends it elsewhere if it may: any
+        request `never_sent`, else idempotent ones); returns the error."""
+        self.listener.unanswered([response.waiter_id], never_sent=never_sent)
+        return Unanswered(reason)
+
+    async def _send_streamed(self, head: bytes, request: UpstreamRequest) -> None:
+        assert request.body_stream is not None
+        pending = head
+        async for chunk in request.body_stream:
+            # The head waits for the first body chunk so both leave in one write.
+            self.wire.write(pending + http1.encode_chunk(chunk))
+            pending = b""
+            await self.wire.drain()
+        self.wire.write(pending + http1.encode_last_chunk(request.trailers))
+        await self.wire.drain()
+
+    async def _next_event(self, response: H1Response) -> http1.Event:
+        await response.turn.wait()
+        if response.error is not None:
+            raise response.error
+        while not self._events:
+            if self._broken is not None:
+                self._lost(self._broken)
+                raise response.error or self._broken
+            try:
+                data = await self.wire.read()
+            except WireError as e:
+                data = b""
+                self._broken = UpstreamError(str(e))
+            try:
+                self._events.extend(self.reader.receive_data(data))
+            except http1.ProtocolError as e:
+                # What parsed before the error (a whole earlier response) is still delivered.
+                self._events.extend(e.events)
+                self._broken = UpstreamError(f"invalid response from the origin: {e}")
+            if not data and self._broken is None:
+                self._broken = UpstreamError("connection closed by the origin")
+        event = self._events.popleft()
+        response.started = True
+        return event
+
+    def _finished(self, response: H1Response) -> None:
+        assert self.line and self.line[0] is response
+        self.line.popleft()
+        reusable = response.keep_alive and not self.closed
+        if self.line and self.line[0].abandoned:
+            self.listener.request_done(response.waiter_id, reusable)
+            self._lost(UpstreamError("a client abandoned its pipelined response"), graceful=True)
+            return
+        if self.line:
+            self.line[0].turn.set()
+        self.listener.request_done(response.waiter_id, reusable)
+        if not reusable:
+            # Requests pipelined behind a response that said `Connection: close` were expected
+            # to go unanswered: an announced close, not a broken pipeline.
+            self._lost(
+                UpstreamError("the origin closes the connection after this response"),
+                graceful=not response.keep_alive,
+            )
+
+    def _abandon(self, response: H1Response) -> None:
+        """Nobody will read `response`. A half-read (or half-sent) exchange leaves the connection
+        in an unknown place: it closes. One still waiting behind others in a pipeline lets them
+        finish first; the connection closes when its turn comes, and the requests behind it go
+        again elsewhere."""
+        if response.ended:
+            return
+        response.ended = True
+        self.listener.request_done(response.waiter_id, False)
+        if response in self.line and self.line[0] is not response and not self.closed:
+            response.abandoned = True
+            return
+        if response in self.line:
+            self.line.remove(response)
+        self._lost(UpstreamError("a client abandoned its response"), graceful=True)
+
+    def _lost(self, error: Exception, *, graceful: bool = False) -> None:
+        """Report the connection gone, once. Responses that had begun end with `error`; the
+        rest go back to the pool, which sends idempotent ones again."""
+        if self._lost_reported:
+            return
+        self._lost_reported = True
+        self.closed = True
+        answered = []
+        for response in self.line:
+            if response.started:
+                response.error = UpstreamError(f"{error} (mid-response)")
+                answered.append(response.waiter_id)
+            else:
+                response.error = Unanswered(str(error))
+            response.turn.set()
+        self.line.clear()
+        self.wire.on_close = None
+        self.wire.close()
+        self.listener.lost(answered, graceful=graceful)
+
+    def close(self) -> None:
+        self._lost(UpstreamError("closed by the pool"))

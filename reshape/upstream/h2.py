@@ -1,0 +1,379 @@
+"""One HTTP/2 connection to an origin, carrying requests from any number of clients at once.
+
+The protocol state is h2's (sans-IO); this module does the I/O around it: one reader task per
+connection dispatches frames to per-stream queues, senders wait for flow-control windows, and
+received data is acknowledged (WINDOW_UPDATE) only when the client side has taken it, so a slow
+client throttles its own stream and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.settings
+import hyperframe.frame
+from h2.errors import ErrorCodes
+
+from reshape.upstream.types import (
+    ConnectionListener,
+    Headers,
+    Unanswered,
+    UpstreamError,
+    UpstreamRequest,
+)
+from reshape.upstream.wire import Wire, WireError
+
+log = logging.getLogger("reshape.upstream")
+
+# Our receive windows: large enough that one stream can fill a fast link, small enough to bound
+# what one slow client can make us buffer. Chromium's own (6 MB per stream, 15 MB per
+# connection): with 1 MB a stream moved at most 1 MB per round trip, and at 200 ms RTT the lab
+# (bench/lab run plt, large images over one HTTP/2 connection) took twice as long as direct.
+STREAM_WINDOW = 6 << 20
+CONNECTION_WINDOW = 16 << 20
+# Servers that announce no limit get this many concurrent streams from us.
+DEFAULT_MAX_STREAMS = 100
+
+
+def _error_name(code: int | None) -> str:
+    try:
+        return ErrorCodes(code or 0).name
+    except ValueError:
+        return f"error {code}"
+
+
+class H2Response:
+    """The response on one stream. Body chunks are acknowledged to the server as they are read."""
+
+    http_version = "HTTP/2"
+
+    def __init__(self, connection: H2Upstream, stream_id: int) -> None:
+        self._connection = connection
+        self.stream_id = stream_id
+        self.status = 0
+        self.reason = b""
+        self.headers: Headers = []
+        self.trailers: Headers = []
+        self.head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._chunks: collections.deque[tuple[bytes, int]] = collections.deque()
+        self._ended = False
+        self._error: Exception | None = None
+        self._readable = asyncio.Event()
+        self.finished = False
+
+    async def read(self) -> bytes:
+        while not self._chunks:
+            if self._error is not None:
+                raise self._error
+            if self._ended:
+                self._connection._stream_finished(self, reusable=True)
+                return b""
+            self._readable.clear()
+            await self._readable.wait()
+        data, flow_controlled = self._chunks.popleft()
+        self._connection._acknowledge(self.stream_id, flow_controlled)
+        return data
+
+    def abort(self) -> None:
+        self._connection._cancel_stream(self)
+
+    # called by the connection's reader
+
+    def _fail(self, error: Exception) -> None:
+        self._error = error
+        if not self.head.done():
+            self.head.set_exception(error)
+        self._readable.set()
+
+
+class _GoawayTolerantConnection(h2.connection.H2Connection):
+    """h2 4.3 moves a connection to CLOSED on any GOAWAY it receives, and then refuses the
+    frames of the streams the server is still finishing — RFC 9113 §6.8 says streams up to
+    last_stream_id complete normally. For a graceful GOAWAY (NO_ERROR) this keeps the
+    connection open; H2Upstream opens no new stream once it has seen one."""
+
+    def _receive_goaway_frame(
+        self, frame: hyperframe.frame.GoAwayFrame
+    ) -> tuple[list[hyperframe.frame.Frame], list[h2.events.Event]]:
+        if frame.error_code != ErrorCodes.NO_ERROR:
+            return super()._receive_goaway_frame(frame)
+        event = h2.events.ConnectionTerminated()
+        event.error_code = ErrorCodes.NO_ERROR
+        event.last_stream_id = frame.last_stream_id
+        event.additional_data = frame.additional_data or None
+        return [], [event]
+
+
+class H2Upstream:
+    """A client-side HTTP/2 connection; `exchange()` opens one stream per request."""
+
+    def __init__(self, wire: Wire, listener: ConnectionListener) -> None:
+        self.wire = wire
+        config = h2.config.H2Configuration(client_side=True, header_encoding=None)
+        self.h2 = _GoawayTolerantConnection(config)
+        self._streams: dict[int, H2Response] = {}
+        self._waiter_of: dict[int, int] = {}  # stream id → pool waiter id
+        self._window_open = asyncio.Event()
+        self.listener = listener
+        self.goaway_received = False
+        self._reader: asyncio.Task[None] | None = None
+        self.closed = False
+        self._lost_reported = False
+        self.settings_received = asyncio.Event()
+
+    def start(self) -> None:
+        self.h2.local_settings = h2.settings.Settings(
+            client=True,
+            initial_values={
+                h2.settings.SettingCodes.ENABLE_PUSH: 0,
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1000,
+            },
+        )
+        self.h2.initiate_connection()
+        self.h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
+        self._flush()
+        self._reader = asyncio.create_task(self._read_loop(), name="h2 upstream reader")
+
+    @property
+    def max_streams(self) -> int:
+        announced = self.h2.remote_settings.max_concurrent_streams
+        return DEFAULT_MAX_STREAMS if announced is None or announced > 2**20 else announced
+
+    def _flush(self) -> None:
+        data = self.h2.data_to_send()
+        if data and not self.closed:
+            # On failure the reader task sees the close and fails the streams.
+            with contextlib.suppress(WireError):
+                self.wire.write(data)
+
+    async def exchange(self, waiter_id: int, request: UpstreamRequest) -> H2Response:
+        if self.closed or self.goaway_received:
+            # Nothing of it left: whatever its method, it can go on another connection.
+            self.listener.unanswered([waiter_id], never_sent=True)
+            raise Unanswered("connection closed before the request was sent")
+        stream_id = self.h2.get_next_available_stream_id()
+        response = H2Response(self, stream_id)
+        self._streams[stream_id] = response
+        self._waiter_of[stream_id] = waiter_id
+        headers = [
+            (b":method", request.method),
+            (b":scheme", request.scheme),
+            (b":authority", request.authority),
+            (b":path", request.target),
+            *((name.lower(), value) for name, value in request.headers),
+            # The engine reads trailers, so it says so: some origins (gRPC, hypercorn) send
+            # them only then.
+            (b"te", b"trailers"),
+        ]
+        trailers = [(name.lower(), value) for name, value in request.trailers]
+        has_body = bool(request.body) or request.body_stream is not None
+        try:
+            self.h2.send_headers(stream_id, headers, end_stream=not has_body and not trailers)
+            if request.body:
+                await self._send_body(stream_id, request.body)
+            if request.body_stream is not None:
+                async for chunk in request.body_stream:
+                    await self._send_body(stream_id, chunk)
+            # A streamed body's trailers are known only once it has ended.
+            trailers = [(name.lower(), value) for name, value in request.trailers]
+            if has_body or trailers:
+                if trailers:
+                    self.h2.send_headers(stream_id, trailers, end_stream=True)
+                else:
+                    self.h2.end_stream(stream_id)
+            # Head and body go out in one write when the windows allow it.
+            self._flush()
+            await response.head
+        except h2.exceptions.ProtocolError as e:
+            if self._forget(stream_id) is not None:
+                self.listener.request_done(waiter_id, True)
+            raise UpstreamError(f"HTTP/2 error sending the request: {e}") from None
+        except asyncio.CancelledError:
+            self._cancel_stream(response)  # RST_STREAM, and the stream slot goes back
+            raise
+        return response
+
+    async def _send_body(self, stream_id: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            window = min(
+                self.h2.local_flow_control_window(stream_id), self.h2.max_outbound_frame_size
+            )
+            if window <= 0:
+                self._flush()
+                self._window_open.clear()
+                await self._window_open.wait()
+                if self.closed or stream_id not in self._streams:
+                    raise Unanswered("connection closed while sending the request body")
+                continue
+            self.h2.send_data(stream_id, bytes(view[:window]))
+            view = view[window:]
+
+    def _acknowledge(self, stream_id: int, size: int) -> None:
+        if size and not self.closed:
+            with contextlib.suppress(h2.exceptions.ProtocolError, h2.exceptions.StreamClosedError):
+                self.h2.acknowledge_received_data(size, stream_id)
+            self._flush()
+
+    def _cancel_stream(self, response: H2Response) -> None:
+        if response.stream_id in self._streams and not self.closed:
+            with contextlib.suppress(h2.exceptions.ProtocolError, h2.exceptions.StreamClosedError):
+                self.h2.reset_stream(response.stream_id, ErrorCodes.CANCEL)
+            self._flush()
+        self._stream_finished(response, reusable=True)
+
+    def _stream_finished(self, response: H2Response, *, reusable: bool) -> None:
+        if response.finished:
+            return
+        response.finished = True
+        # Data nobody will read still counts against the connection's window: give it back,
+        # or every abandoned stream would shrink the window until the connection stalls.
+        unread = sum(size for _, size in response._chunks)
+        response._chunks.clear()
+        self._acknowledge(response.stream_id, unread)
+        waiter_id = self._forget(response.stream_id)
+        if waiter_id is not None:
+            self.listener.request_done(waiter_id, reusable)
+        if self.goaway_received and not self._streams:
+            self.close()
+
+    def _forget(self, stream_id: int) -> int | None:
+        self._streams.pop(stream_id, None)
+        return self._waiter_of.pop(stream_id, None)
+
+    async def _read_loop(self) -> None:
+        error: Exception = UpstreamError("connection closed by the origin")
+        try:
+            while True:
+                data = await self.wire.read()
+                if not data:
+                    break
+                try:
+                    events = self.h2.receive_data(data)
+                except h2.exceptions.ProtocolError as e:
+                    error = UpstreamError(f"HTTP/2 protocol error from the origin: {e}")
+                    self._flush()
+                    break
+                for event in events:
+                    self._handle(event)
+                self._flush()
+        except WireError as e:
+            error = UpstreamError(str(e))
+        finally:
+            self._lost(error)
+
+    def _handle(self, event: h2.events.Event) -> None:
+        if isinstance(event, h2.events.ResponseReceived):
+            response = self._streams.get(event.stream_id)
+            if response is None:
+                return
+            for name, value in event.headers:
+                if name == b":status":
+                    response.status = int(value)
+                elif not name.startswith(b":"):
+                    response.headers.append((name, value))
+            if not response.head.done():
+                response.head.set_result(None)
+        elif isinstance(event, h2.events.DataReceived):
+            response = self._streams.get(event.stream_id)
+            if response is None or not event.data:
+                # Nobody reads it, or nothing to read (an empty DATA frame ending the stream,
+                # padding): give the window back now; b"" must never reach read()'s caller.
+                self._acknowledge(event.stream_id, event.flow_controlled_length)
+                return
+            response._chunks.append((event.data, event.flow_controlled_length))
+            response._readable.set()
+        elif isinstance(event, h2.events.TrailersReceived):
+            response = self._streams.get(event.stream_id)
+            if response is not None:
+                response.trailers = [(n, v) for n, v in event.headers if not n.startswith(b":")]
+        elif isinstance(event, h2.events.StreamEnded):
+            response = self._streams.get(event.stream_id)
+            if response is not None:
+                response._ended = True
+                response._readable.set()
+        elif isinstance(event, h2.events.StreamReset):
+            response = self._streams.get(event.stream_id)
+            if response is not None:
+                refused = event.error_code == ErrorCodes.REFUSED_STREAM and not response.head.done()
+                error = (Unanswered if refused else UpstreamError)(
+                    f"origin reset the stream ({_error_name(event.error_code)})"
+                )
+                response._fail(error)
+                self._acknowledge(event.stream_id, sum(size for _, size in response._chunks))
+                response._chunks.clear()
+                response.finished = True
+                waiter_id = self._forget(event.stream_id)
+                if waiter_id is not None:
+                    if refused:
+                        self.listener.unanswered([waiter_id])
+                    else:
+                        self.listener.request_done(waiter_id, True)
+        elif isinstance(event, h2.events.WindowUpdated):
+            self._window_open.set()
+        elif isinstance(event, h2.events.RemoteSettingsChanged):
+            self._window_open.set()
+            self.settings_received.set()
+            if h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS in event.changed_settings:
+                self.listener.max_streams_changed(self.max_streams)
+        elif isinstance(event, h2.events.ConnectionTerminated):
+            self._goaway(event.last_stream_id or 0, event.error_code or 0)
+
+    def _goaway(self, last_stream_id: int, error_code: int) -> None:
+        """Streams above `last_stream_id` were never processed: they go again elsewhere."""
+        self.goaway_received = True
+        self.listener.goaway()
+        unprocessed = [sid for sid in self._streams if sid > last_stream_id]
+        waiters = []
+        for stream_id in unprocessed:
+            response = self._streams[stream_id]
+            response._fail(Unanswered(f"origin sent GOAWAY ({_error_name(error_code)})"))
+            waiter_id = self._forget(stream_id)
+            if waiter_id is not None:
+                waiters.append(waiter_id)
+        if waiters:
+            self.listener.unanswered(waiters)
+        if error_code != ErrorCodes.NO_ERROR:
+            # An error GOAWAY: the server is tearing the connection down; do not wait for
+            # streams it may never finish.
+            self._lost(UpstreamError(f"origin sent GOAWAY ({_error_name(error_code)})"))
+        elif not self._streams:
+            self.close()
+
+    def _lost(self, error: Exception) -> None:
+        """The connection is gone: streams with a response head end with an error, the rest
+        go back to the pool as unanswered."""
+        if self._lost_reported:
+            return
+        self._lost_reported = True
+        self.closed = True
+        self._window_open.set()
+        answered = []
+        for stream_id, response in list(self._streams.items()):
+            if response.head.done():
+                response._fail(UpstreamError(f"{error} (mid-response)"))
+                waiter_id = self._waiter_of.get(stream_id)
+                if waiter_id is not None:
+                    answered.append(waiter_id)
+            else:
+                response._fail(Unanswered(str(error)))
+        self._streams.clear()
+        self._waiter_of.clear()
+        self.listener.lost(answered)
+        self.wire.close()
+
+    def close(self) -> None:
+        """Close once idle (GOAWAY drained, or the pool's idle timeout); reported through `lost`."""
+        if not self.closed:
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                self.h2.close_connection()
+            self._flush()
+        self.wire.close()  # the reader sees EOF and reports the loss once

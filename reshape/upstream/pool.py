@@ -1,0 +1,760 @@
+"""One destination's pool of origin connections, as pure bookkeeping (sans-IO).
+
+A `HostPool` decides; the asyncio driver (`reshape/upstream/engine.py`) acts. Every method is
+told what happened (a request arrived, a connection came up, a response ended, time passed) and
+returns the `Action`s that follow, in the order the driver must carry them out. Nothing here
+touches a socket, a task or a clock: time arrives as `now`.
+
+The pool serves each request from the front of its FIFO queue by the first rule that fits:
+
+1. an HTTP/2 connection with a free stream (oldest connection first, so younger ones can expire);
+   while a usable HTTP/2 connection exists, nobody opens another one: waiters wait for a stream;
+2. an idle HTTP/1.1 connection (the most recently used: its server is the least likely to have
+   dropped it);
+3. a connection being opened for it: connections still connecting are future capacity (one
+   request each, or every request when the origin is known to speak HTTP/2, or is an https
+   origin whose ALPN answer is not known yet), and beyond that one `Open` per request while
+   under `max_connections`;
+4. HTTP/1.1 pipelining behind another idempotent request (the connection with the fewest in
+   flight), only for idempotent requests, only while the origin has not broken it;
+5. otherwise it waits, or is rejected at once if the queue is full.
+
+Warm connections (`preconnect`): connections opened before any request asked for them, because a
+page load is expected to need them soon. They count against `max_connections` like any other,
+a request takes a warm one before any other free connection (rules 1 and 2), and one that no
+request has used closes after its own, shorter, idle timeout. Its first request is counted as
+`AssignKind.PRECONNECTED`.
+
+FIFO versus pipelining. Rules 1 and 2 always go to the front of the queue, so nobody overtakes
+on a connection everyone can use. Pipelining (rule 4) can only take idempotent requests, so an
+idempotent request may be pipelined past an older non-idempotent one, which could not have used
+that connection anyway; within a class the order stays strict. Pipelining is also used only for
+the requests that rules 3 cannot cover, and those go to the *oldest* idempotent waiters, the
+younger ones taking the connections being opened. To keep a steady stream of pipelined requests
+from keeping every connection busy forever (starving the non-idempotent waiter, which needs an
+idle one), each waiting non-idempotent request that no connect covers holds back one busy
+HTTP/1.1 connection from pipelining: the one with the fewest in flight. Nothing is added to a
+held-back connection, so it drains and goes to that request by rule 2.
+
+`max_queue` bounds the requests waiting for capacity. Requests matched one-to-one with a
+connection being opened are not counted against it; otherwise `max_queue=0` could never open
+a connection.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import itertools
+import math
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+# How often one request may be sent before a lost connection fails it instead of sending it
+# again: a request that keeps killing connections must not loop forever.
+MAX_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class PoolKey:
+    """Where a pool's connections go: requests with equal keys may share a connection."""
+
+    scheme: str  # "http" | "https"
+    host: str
+    port: int
+    sni: str | None
+
+    def __post_init__(self) -> None:
+        if self.scheme not in ("http", "https"):
+            raise ValueError(f"scheme must be http or https, not {self.scheme!r}")
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        sni = f" sni={self.sni}" if self.sni is not None and self.sni != self.host else ""
+        return f"{self.scheme}://{host}:{self.port}{sni}"
+
+
+@dataclass(frozen=True)
+class PoolLimits:
+    """The knobs a policy sets for one destination."""
+
+    max_connections: int  # >= 1; connections still connecting count
+    max_queue: int  # >= 0; requests waiting for capacity beyond this are rejected at once
+    queue_timeout: float  # > 0 seconds a request may wait before rejection (may be math.inf)
+    idle_timeout: float  # > 0 seconds an idle connection is kept (may be math.inf)
+    pipeline_depth: int  # 0 = off; else max requests in flight on one HTTP/1.1 connection
+    http2: bool  # whether h2 may be negotiated (the driver offers ALPN accordingly)
+
+    def __post_init__(self) -> None:
+        if self.max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, not {self.max_connections}")
+        if self.max_queue < 0:
+            raise ValueError(f"max_queue must not be negative, not {self.max_queue}")
+        # Zero timeouts are refused rather than given a meaning: a zero queue timeout would
+        # reject a request in the same instant it could be served, and a zero idle timeout would
+        # close a fresh connection before it takes the request it was opened for.
+        if not self.queue_timeout > 0:
+            raise ValueError(f"queue_timeout must be positive, not {self.queue_timeout}")
+        if not self.idle_timeout > 0:
+            raise ValueError(f"idle_timeout must be positive, not {self.idle_timeout}")
+        if self.pipeline_depth < 0:
+            raise ValueError(f"pipeline_depth must not be negative, not {self.pipeline_depth}")
+
+
+class Proto(enum.Enum):
+    """The protocol a connection speaks, as ALPN (or its absence) decided."""
+
+    H1 = "h1"
+    H2 = "h2"
+
+
+class AssignKind(enum.Enum):
+    """How a request got its connection (a metrics label)."""
+
+    NEW = "new"  # the connection's first request
+    REUSED = "reused"  # the connection had served before and had nothing in flight
+    PIPELINED = "pipelined"  # HTTP/1.1, behind at least one request still in flight
+    MULTIPLEXED = "multiplexed"  # HTTP/2, next to at least one stream still in flight
+    PRECONNECTED = "preconnected"  # the first request on a warm connection (see `preconnect`)
+
+
+class RejectReason(enum.Enum):
+    """Why a request that was never sent gets no connection."""
+
+    QUEUE_FULL = "queue_full"
+    QUEUE_TIMEOUT = "queue_timeout"
+    CONNECT_FAILED = "connect_failed"
+
+
+class FailReason(enum.Enum):
+    """Why a request will not complete (it may have been sent already)."""
+
+    CONNECTION_LOST = "connection_lost"  # unanswered and not idempotent: never sent twice
+    RETRIES_EXHAUSTED = "retries_exhausted"  # unanswered MAX_ATTEMPTS times
+    SHUTDOWN = "shutdown"
+
+
+class CloseReason(enum.Enum):
+    """Why the pool closes a connection."""
+
+    IDLE_TIMEOUT = "idle_timeout"
+    SHUTDOWN = "shutdown"
+    NOT_REUSABLE = "not_reusable"  # a response said so (Connection: close, an error)
+    GOAWAY = "goaway"  # HTTP/2 GOAWAY, and its streams have finished
+    OVER_LIMIT = "over_limit"  # idle, and above a max_connections lowered by a policy reload
+    SERVER_CLOSED = "server_closed"  # the server closed it while the pool thought it idle
+
+
+@dataclass(frozen=True)
+class Open:
+    """Start connecting (TCP, then TLS for https); report `connection_ready` or `_failed`."""
+
+    conn_id: int
+    warm: bool = False  # opened by `preconnect`, for requests that have not arrived yet
+
+
+@dataclass(frozen=True)
+class Assign:
+    """Send the waiter's request on the connection; report `request_done` when it ends."""
+
+    waiter_id: int
+    conn_id: int
+    kind: AssignKind
+    queued_for: float  # seconds since the request (re-)entered the queue; 0 if served at once
+
+
+@dataclass(frozen=True)
+class Reject:
+    """The request was never sent and will not be: answer the client (503)."""
+
+    waiter_id: int
+    reason: RejectReason
+
+
+@dataclass(frozen=True)
+class Close:
+    """Close the connection; the pool has already forgotten it."""
+
+    conn_id: int
+    reason: CloseReason
+
+
+@dataclass(frozen=True)
+class Retry:
+    """The request went unanswered on a lost connection and is back at the front of the queue.
+
+    A later `Assign` carries it again; the driver must be ready to send it a second time.
+    """
+
+    waiter_id: int
+
+
+@dataclass(frozen=True)
+class Fail:
+    """The request will not complete: answer the client (502)."""
+
+    waiter_id: int
+    reason: FailReason
+
+    @property
+    def message(self) -> str:
+        return self.reason.value.replace("_", " ")
+
+
+type Action = Open | Assign | Reject | Close | Retry | Fail
+
+
+class _ConnState(enum.Enum):
+    CONNECTING = "connecting"
+    READY = "ready"
+
+
+@dataclass(eq=False)
+class _Waiter:
+    waiter_id: int
+    idempotent: bool
+    enqueued_at: float
+    # Identifies this waiter's entry in the deadline heap; a re-queued waiter gets a new one,
+    # which makes the old entry stale.
+    token: int
+    attempts: int = 0  # Assigns so far
+
+
+@dataclass(eq=False)
+class _Connection:
+    conn_id: int
+    state: _ConnState = _ConnState.CONNECTING
+    proto: Proto | None = None
+    max_streams: int = 1  # HTTP/2 only
+    in_flight: dict[int, _Waiter] = field(default_factory=dict)  # in the order they were sent
+    served: int = 0
+    draining: CloseReason | None = None  # set: takes nothing new; closed once nothing in flight
+    idle_since: float = 0.0  # meaningful while READY with nothing in flight
+    # Set for a warm connection (see `preconnect`): its idle timeout until a request uses it.
+    warm_idle_timeout: float | None = None
+
+    @property
+    def idle(self) -> bool:
+        return self.state is _ConnState.READY and not self.in_flight
+
+    @property
+    def unused_warm(self) -> bool:
+        return self.warm_idle_timeout is not None and self.served == 0
+
+    def idle_timeout(self, limits: PoolLimits) -> float:
+        if self.warm_idle_timeout is not None and self.served == 0:
+            return self.warm_idle_timeout
+        return limits.idle_timeout
+
+    @property
+    def h1_open_for_work(self) -> bool:
+        return self.state is _ConnState.READY and self.proto is Proto.H1 and self.draining is None
+
+    @property
+    def free_h2_stream(self) -> bool:
+        return (
+            self.state is _ConnState.READY
+            and self.proto is Proto.H2
+            and self.draining is None
+            and len(self.in_flight) < self.max_streams
+        )
+
+
+class HostPool:
+    """The connections to one destination and the requests waiting for them."""
+
+    def __init__(self, key: PoolKey, limits: PoolLimits) -> None:
+        self.key = key
+        self._limits = limits
+        self.known_h2 = False  # the last connection that came up spoke h2
+        self.learned_proto = False  # a connection has come up, so known_h2 means something
+        self.pipelining_broken = False  # sticky: this origin mangled a pipeline once
+        self._closed = False
+        self._conns: dict[int, _Connection] = {}
+        self._queue: OrderedDict[int, _Waiter] = OrderedDict()
+        self._assigned: dict[int, _Connection] = {}
+        # (enqueued_at, token, waiter_id): keyed by enqueue time, not deadline, so that a new
+        # queue_timeout from set_limits keeps the heap in order.
+        self._deadlines: list[tuple[float, int, int]] = []
+        self._tokens = itertools.count()
+        self._conn_ids = itertools.count(1)
+
+    # views
+
+    @property
+    def limits(self) -> PoolLimits:
+        return self._limits
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    @property
+    def active_connections(self) -> int:
+        """Every connection the pool holds, connecting ones included."""
+        return len(self._conns)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._assigned)
+
+    def __repr__(self) -> str:
+        connecting = sum(1 for c in self._conns.values() if c.state is _ConnState.CONNECTING)
+        idle = sum(1 for c in self._conns.values() if c.idle)
+        flags = "".join(
+            f" {name}"
+            for name, on in (
+                ("h2", self.known_h2),
+                ("pipelining_broken", self.pipelining_broken),
+                ("closed", self._closed),
+            )
+            if on
+        )
+        return (
+            f"<HostPool {self.key} conns={len(self._conns)}/{self._limits.max_connections}"
+            f" (connecting={connecting} idle={idle}) in_flight={self.in_flight}"
+            f" queued={self.queued}{flags}>"
+        )
+
+    def next_deadline(self) -> float | None:
+        """When `tick` next has work to do, if ever."""
+        deadlines = [
+            c.idle_since + c.idle_timeout(self._limits) for c in self._conns.values() if c.idle
+        ]
+        oldest = self._oldest_waiter()
+        if oldest is not None:
+            deadlines.append(oldest.enqueued_at + self._limits.queue_timeout)
+        return min((d for d in deadlines if d != math.inf), default=None)
+
+    # events
+
+    def request(self, waiter_id: int, now: float, *, idempotent: bool) -> list[Action]:
+        """A request for this destination; `waiter_id` must not be waiting or in flight."""
+        if self._closed:
+            return [Fail(waiter_id, FailReason.SHUTDOWN)]
+        if waiter_id in self._queue or waiter_id in self._assigned:
+            raise ValueError(f"waiter {waiter_id} is already waiting or in flight")
+        self._enqueue([_Waiter(waiter_id, idempotent, now, next(self._tokens))], now, front=False)
+        actions = self._settle(now)
+        if waiter_id in self._queue and len(self._queue) > self._admissible_queue():
+            # Settling cannot have acted on this request's account: an Open or a pipelined
+            # request it caused would have made room for it. So rejecting it undoes nothing.
+            del self._queue[waiter_id]
+            actions.append(Reject(waiter_id, RejectReason.QUEUE_FULL))
+        return actions
+
+    def preconnect(self, count: int, now: float, *, idle_timeout: float) -> list[Action]:
+        """Have `count` connections ready for requests that have not arrived yet: open warm
+        ones for what is missing, within `max_connections`. Connections already free or being
+        opened, beyond what waiting requests need, count as ready; for an origin that speaks
+        HTTP/2 (or may: an https origin whose ALPN answer is not known yet) one connection is
+        enough. A warm connection no request uses closes after `idle_timeout` seconds idle."""
+        if count < 0:
+            raise ValueError(f"count must not be negative, not {count}")
+        if not idle_timeout > 0:
+            raise ValueError(f"idle_timeout must be positive, not {idle_timeout}")
+        if self._closed:
+            return []
+        usable = [c for c in self._conns.values() if c.draining is None]
+        if self._expects_h2 or any(c.proto is Proto.H2 for c in usable):
+            # One h2 connection carries every request (RFC 9113 section 9.1).
+            missing = 0 if usable else min(count, 1)
+        else:
+            spare = sum(1 for c in usable if c.state is _ConnState.CONNECTING or c.idle)
+            missing = count - max(0, spare - len(self._queue))
+        room = self._limits.max_connections - len(self._conns)
+        actions: list[Action] = []
+        for _ in range(max(0, min(missing, room))):
+            conn = _Connection(next(self._conn_ids), warm_idle_timeout=idle_timeout)
+            self._conns[conn.conn_id] = conn
+            actions.append(Open(conn.conn_id, warm=True))
+        return actions
+
+    def cancel(self, waiter_id: int, now: float) -> list[Action]:
+        """The client went away while its request waited (ignored once it was assigned)."""
+        if self._queue.pop(waiter_id, None) is None:
+            return []
+        return self._settle(now)
+
+    def connection_ready(
+        self, conn_id: int, proto: Proto, now: float, *, max_streams: int = 1
+    ) -> list[Action]:
+        """Connected (and TLS done); `max_streams` is the server's HTTP/2 stream limit."""
+        conn = self._conns.get(conn_id)
+        if conn is None or conn.state is not _ConnState.CONNECTING:
+            return []
+        if max_streams < 0:
+            raise ValueError(f"max_streams must not be negative, not {max_streams}")
+        conn.state = _ConnState.READY
+        conn.proto = proto
+        conn.max_streams = max_streams if proto is Proto.H2 else 1
+        conn.idle_since = now
+        self.known_h2 = proto is Proto.H2
+        self.learned_proto = True
+        return self._settle(now)
+
+    def connection_failed(self, conn_id: int, now: float) -> list[Action]:
+        """Connecting (TCP or TLS) failed; the oldest waiter, the one it was for, is rejected."""
+        conn = self._conns.get(conn_id)
+        if conn is None or conn.state is not _ConnState.CONNECTING:
+            return []
+        return self._connect_failed(conn, now)
+
+    def request_done(
+        self, conn_id: int, waiter_id: int, now: float, *, reusable: bool
+    ) -> list[Action]:
+        """The response ended; `reusable=False`: the connection takes nothing more."""
+        conn = self._conns.get(conn_id)
+        if conn is None or conn.in_flight.pop(waiter_id, None) is None:
+            return []
+        del self._assigned[waiter_id]
+        if not reusable and conn.draining is None:
+            conn.draining = CloseReason.NOT_REUSABLE
+        if not conn.in_flight:
+            conn.idle_since = now
+        return self._settle(now)
+
+    def requests_unanswered(
+        self, conn_id: int, waiter_ids: Sequence[int], now: float, *, never_sent: bool = False
+    ) -> list[Action]:
+        """These requests got no response byte and were not processed: HTTP/2 streams refused
+        or above a GOAWAY's last stream, or HTTP/1.1 requests that never left because the
+        connection had closed. Idempotent ones go again, at the front of the queue.
+
+        An HTTP/2 connection lives on. An HTTP/1.1 one cannot refuse a single request and carry
+        on, so it takes nothing more (its loss is reported later); and as those requests never
+        left, going again costs them no attempt.
+
+        `never_sent`: not a byte of these requests reached the origin, so non-idempotent ones go
+        again too (the rule is that no request is *sent* twice unless idempotent)."""
+        conn = self._conns.get(conn_id)
+        if conn is None:
+            return []
+        if conn.proto is Proto.H1:
+            conn.draining = conn.draining or CloseReason.SERVER_CLOSED
+            for waiter_id in set(waiter_ids) & conn.in_flight.keys():
+                conn.in_flight[waiter_id].attempts -= 1
+        actions = self._take_back(conn, waiter_ids, now, never_sent=never_sent)
+        if not conn.in_flight:
+            conn.idle_since = now
+        return actions + self._settle(now)
+
+    def connection_lost(
+        self, conn_id: int, now: float, *, unanswered: Sequence[int], graceful: bool = False
+    ) -> list[Action]:
+        """The connection closed. `unanswered` got no response byte: idempotent ones go again
+        at the front of the queue, the others fail (a non-idempotent request is never sent
+        twice). The rest of what was in flight had begun its response: the driver ends it.
+
+        `graceful`: the origin announced the close (`Connection: close` on its last response),
+        or the driver closed it for a client that abandoned its response, so requests pipelined
+        behind were expected to go unanswered: that neither counts as an attempt nor as
+        breaking pipelining."""
+        conn = self._conns.get(conn_id)
+        if conn is None:
+            return []
+        if conn.state is _ConnState.CONNECTING:
+            return self._connect_failed(conn, now)
+        del self._conns[conn_id]
+        lost = set(unanswered) & conn.in_flight.keys()
+        if graceful:
+            for waiter_id in lost:
+                conn.in_flight[waiter_id].attempts -= 1
+        elif conn.proto is Proto.H1 and len(conn.in_flight) >= 2 and lost:
+            self.pipelining_broken = True
+        actions = self._take_back(conn, lost, now)
+        for waiter_id in conn.in_flight:
+            del self._assigned[waiter_id]
+        return actions + self._settle(now)
+
+    def idle_connection_closed_by_server(self, conn_id: int, now: float) -> list[Action]:
+        """The driver saw an idle connection turn readable or hit EOF: it is never handed out."""
+        conn = self._conns.get(conn_id)
+        if conn is None or conn.state is not _ConnState.READY:
+            return []
+        if conn.in_flight:
+            # Raced with an Assign; the driver reports those requests through connection_lost.
+            conn.draining = conn.draining or CloseReason.SERVER_CLOSED
+        else:
+            del self._conns[conn_id]
+        return self._settle(now)
+
+    def pipelining_failed(self, now: float) -> list[Action]:
+        """Responses on a pipeline came out of order or garbled: never pipeline here again."""
+        self.pipelining_broken = True
+        return self._settle(now)
+
+    def max_streams_changed(self, conn_id: int, max_streams: int, now: float) -> list[Action]:
+        """HTTP/2 SETTINGS changed the stream limit; streams above a lowered one carry on."""
+        conn = self._conns.get(conn_id)
+        if conn is None or conn.state is not _ConnState.READY or conn.proto is not Proto.H2:
+            return []
+        if max_streams < 0:
+            raise ValueError(f"max_streams must not be negative, not {max_streams}")
+        conn.max_streams = max_streams
+        return self._settle(now)
+
+    def goaway(self, conn_id: int, now: float) -> list[Action]:
+        """HTTP/2 GOAWAY: no new streams; the connection closes once its streams finish."""
+        conn = self._conns.get(conn_id)
+        if conn is None or conn.state is not _ConnState.READY:
+            return []
+        conn.draining = conn.draining or CloseReason.GOAWAY
+        return self._settle(now)
+
+    def set_limits(self, limits: PoolLimits, now: float) -> list[Action]:
+        """A policy reload. A lowered cap closes connections as they become idle, never busy
+        ones; a lowered max_queue rejects the newest waiters beyond it."""
+        self._limits = limits
+        actions = self._settle(now)
+        # After settling, so that room under a raised cap serves waiters before any is
+        # rejected; rejecting from the back leaves the pool settled.
+        while len(self._queue) > self._admissible_queue():
+            waiter_id, _ = self._queue.popitem(last=True)
+            actions.append(Reject(waiter_id, RejectReason.QUEUE_FULL))
+        return actions
+
+    def tick(self, now: float) -> list[Action]:
+        """Time passed: queue timeouts and idle expiry (see `next_deadline`)."""
+        return self._settle(now)
+
+    def close_all(self, now: float) -> list[Action]:
+        """Shutdown: every request fails, every connection closes, later requests fail too."""
+        actions: list[Action] = [Fail(w, FailReason.SHUTDOWN) for w in self._queue]
+        for conn in self._conns.values():
+            actions += [Fail(w, FailReason.SHUTDOWN) for w in conn.in_flight]
+            actions.append(Close(conn.conn_id, CloseReason.SHUTDOWN))
+        self._queue.clear()
+        self._deadlines.clear()
+        self._conns.clear()
+        self._assigned.clear()
+        self._closed = True
+        return actions
+
+    # the pure step: from any state, do everything that is due
+
+    def _settle(self, now: float) -> list[Action]:
+        """Expire, close what should not be kept, then serve the queue. Idempotent: a second
+        call at the same `now` returns nothing."""
+        actions = self._expire_waiters(now)
+        actions += self._close_unwanted(now)
+        actions += self._serve_front(now)
+        if self._queue:
+            actions += self._plan_for_waiters(now)
+        return actions
+
+    def _expire_waiters(self, now: float) -> list[Action]:
+        actions: list[Action] = []
+        while (waiter := self._oldest_waiter()) is not None:
+            if now - waiter.enqueued_at < self._limits.queue_timeout:
+                break
+            del self._queue[waiter.waiter_id]
+            actions.append(Reject(waiter.waiter_id, RejectReason.QUEUE_TIMEOUT))
+        return actions
+
+    def _close_unwanted(self, now: float) -> list[Action]:
+        """Close idle connections that are draining, expired, or above the cap (LRU first).
+        Expiry comes before serving so that a stale connection is never handed out."""
+        actions: list[Action] = []
+        for conn in [c for c in self._conns.values() if c.idle]:
+            if conn.draining is not None:
+                actions.append(self._close(conn, conn.draining))
+            elif now - conn.idle_since >= conn.idle_timeout(self._limits):
+                actions.append(self._close(conn, CloseReason.IDLE_TIMEOUT))
+        excess = len(self._conns) - self._limits.max_connections
+        if excess > 0:
+            idle = sorted(
+                (c for c in self._conns.values() if c.idle), key=lambda c: (c.idle_since, c.conn_id)
+            )
+            actions += [self._close(c, CloseReason.OVER_LIMIT) for c in idle[:excess]]
+        return actions
+
+    def _serve_front(self, now: float) -> list[Action]:
+        """Rules 1 and 2: connections anyone can use go to the front of the queue."""
+        actions: list[Action] = []
+        while self._queue:
+            conn = self._free_connection()
+            if conn is None:
+                break
+            actions.append(self._assign(next(iter(self._queue.values())), conn, now))
+        return actions
+
+    def _free_connection(self) -> _Connection | None:
+        # A warm connection first: it was opened for this, and would otherwise go to waste.
+        h2 = [c for c in self._conns.values() if c.free_h2_stream]
+        if h2:
+            return min(h2, key=lambda c: (not c.unused_warm, c.conn_id))
+        h1 = [c for c in self._conns.values() if c.idle and c.h1_open_for_work]
+        if h1:
+            return max(h1, key=lambda c: (c.unused_warm, c.idle_since, c.conn_id))
+        return None
+
+    def _plan_for_waiters(self, now: float) -> list[Action]:
+        """Rules 3 and 4 for a queue that no free connection can serve."""
+        connecting = self._connecting_count()
+        room = max(0, self._limits.max_connections - len(self._conns))
+        # A live h2 connection whose streams are all busy is waited for, not added to: clients
+        # should hold one h2 connection per origin (RFC 9113 section 9.1), and its streams free
+        # up as responses end.
+        live_h2 = any(
+            c.state is _ConnState.READY and c.proto is Proto.H2 and c.draining is None
+            for c in self._conns.values()
+        )
+        coverage: float
+        if live_h2 or self._expects_h2:
+            # One h2 connection will take the whole queue (up to its stream limit).
+            coverage = math.inf if live_h2 or connecting or room else 0
+        else:
+            coverage = connecting + room
+        actions = self._pipeline(len(self._queue) - coverage, coverage, now)
+        if live_h2:
+            opens = 0
+        elif self._expects_h2:
+            opens = 1 if self._queue and room and not connecting else 0
+        else:
+            opens = min(room, max(0, len(self._queue) - connecting))
+        for _ in range(opens):
+            conn = _Connection(next(self._conn_ids))
+            self._conns[conn.conn_id] = conn
+            actions.append(Open(conn.conn_id))
+        return actions
+
+    def _pipeline(self, overflow: float, coverage: float, now: float) -> list[Action]:
+        """Pipeline the `overflow` waiters that no connect covers, taking the oldest idempotent
+        ones; each uncovered non-idempotent waiter holds back one connection to drain for it."""
+        if overflow <= 0 or self.pipelining_broken or self._limits.pipeline_depth < 2:
+            return []
+        actions: list[Action] = []
+        held: set[int] = set()
+        others_passed = 0  # non-idempotent waiters passed; they take the coverage in order
+        for waiter in list(self._queue.values()):
+            if len(actions) >= overflow:
+                break
+            if waiter.idempotent:
+                conn = self._pipeline_target(held)
+                if conn is None:
+                    break  # nobody behind can be pipelined either
+                actions.append(self._assign(waiter, conn, now))
+                continue
+            if others_passed >= coverage:
+                drains_first = min(
+                    (
+                        c
+                        for c in self._conns.values()
+                        if c.h1_open_for_work and c.in_flight and c.conn_id not in held
+                    ),
+                    key=lambda c: (len(c.in_flight), c.conn_id),
+                    default=None,
+                )
+                if drains_first is not None:
+                    held.add(drains_first.conn_id)
+            others_passed += 1
+        return actions
+
+    def _pipeline_target(self, held: set[int]) -> _Connection | None:
+        candidates = [
+            c
+            for c in self._conns.values()
+            if c.h1_open_for_work
+            and 1 <= len(c.in_flight) < self._limits.pipeline_depth
+            and c.conn_id not in held
+            and all(w.idempotent for w in c.in_flight.values())
+        ]
+        return min(candidates, key=lambda c: (len(c.in_flight), c.conn_id), default=None)
+
+    # helpers
+
+    @property
+    def _expects_h2(self) -> bool:
+        # Until the first connection to an https origin has negotiated ALPN, assume h2 (one
+        # connection, then wait): an h2 origin then gets one connection, not a burst of them,
+        # at the cost of one handshake's wait for the second wave of an HTTP/1.1-only origin.
+        probing = not self.learned_proto and self.key.scheme == "https"
+        return self._limits.http2 and (self.known_h2 or probing)
+
+    def _connecting_count(self) -> int:
+        return sum(1 for c in self._conns.values() if c.state is _ConnState.CONNECTING)
+
+    def _admissible_queue(self) -> int:
+        """Waiters beyond this many are rejected: `max_queue` plus one per connect under way."""
+        return self._limits.max_queue + self._connecting_count()
+
+    def _assign(self, waiter: _Waiter, conn: _Connection, now: float) -> Assign:
+        if conn.unused_warm:
+            kind = AssignKind.PRECONNECTED
+        elif conn.served == 0:
+            kind = AssignKind.NEW
+        elif not conn.in_flight:
+            kind = AssignKind.REUSED
+        elif conn.proto is Proto.H2:
+            kind = AssignKind.MULTIPLEXED
+        else:
+            kind = AssignKind.PIPELINED
+        del self._queue[waiter.waiter_id]
+        conn.in_flight[waiter.waiter_id] = waiter
+        conn.served += 1
+        waiter.attempts += 1
+        self._assigned[waiter.waiter_id] = conn
+        return Assign(waiter.waiter_id, conn.conn_id, kind, now - waiter.enqueued_at)
+
+    def _close(self, conn: _Connection, reason: CloseReason) -> Close:
+        del self._conns[conn.conn_id]
+        return Close(conn.conn_id, reason)
+
+    def _connect_failed(self, conn: _Connection, now: float) -> list[Action]:
+        del self._conns[conn.conn_id]
+        actions: list[Action] = []
+        if self._queue:
+            waiter_id, _ = self._queue.popitem(last=False)
+            actions.append(Reject(waiter_id, RejectReason.CONNECT_FAILED))
+        return actions + self._settle(now)
+
+    def _take_back(
+        self, conn: _Connection, waiter_ids: Iterable[int], now: float, *, never_sent: bool = False
+    ) -> list[Action]:
+        """Requests on `conn` that got no response: idempotent ones go again (in the order they
+        were sent, which is their queue order), others fail unless they were `never_sent`. Ids
+        not in flight on it are ignored."""
+        actions: list[Action] = []
+        again: list[_Waiter] = []
+        named = set(waiter_ids)
+        for waiter in [w for w in conn.in_flight.values() if w.waiter_id in named]:
+            waiter_id = waiter.waiter_id
+            del conn.in_flight[waiter_id]
+            del self._assigned[waiter_id]
+            if not waiter.idempotent and not never_sent:
+                actions.append(Fail(waiter_id, FailReason.CONNECTION_LOST))
+            elif waiter.attempts >= MAX_ATTEMPTS:
+                actions.append(Fail(waiter_id, FailReason.RETRIES_EXHAUSTED))
+            else:
+                again.append(waiter)
+                actions.append(Retry(waiter_id))
+        self._enqueue(again, now, front=True)
+        return actions
+
+    def _enqueue(self, waiters: list[_Waiter], now: float, *, front: bool) -> None:
+        """Queue `waiters` in their order, at the back or the front. Queue time (for the
+        timeout and `queued_for`) starts now, also for a request that goes again."""
+        for waiter in waiters:
+            waiter.enqueued_at = now
+            waiter.token = next(self._tokens)
+            self._queue[waiter.waiter_id] = waiter
+            heapq.heappush(self._deadlines, (now, waiter.token, waiter.waiter_id))
+        if front:
+            for waiter in reversed(waiters):
+                self._queue.move_to_end(waiter.waiter_id, last=False)
+        if len(self._deadlines) > 2 * len(self._queue) + 64:
+            # Entries of waiters that left the queue are dropped lazily; don't let them pile up.
+            self._deadlines = [(w.enqueued_at, w.token, w.waiter_id) for w in self._queue.values()]
+            heapq.heapify(self._deadlines)
+
+    def _oldest_waiter(self) -> _Waiter | None:
+        """The waiter whose queue timeout ends first, dropping stale heap entries on the way."""
+        while self._deadlines:
+            _, token, waiter_id = self._deadlines[0]
+            waiter = self._queue.get(waiter_id)
+            if waiter is not None and waiter.token == token:
+                return waiter
+            heapq.heappop(self._deadlines)
+        return None

@@ -1,0 +1,239 @@
+"""One TCP connection to an origin, with TLS (if any) done in memory by `TlsClient`.
+
+Reads are pulled by the connection's owner (`await wire.read()`), so a slow client slows the read
+from the origin: past a high-water mark the socket stops being read (transport.pause_reading),
+which is TCP backpressure all the way to the origin. Writes wait for the kernel buffer the same
+way (`await wire.drain()`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import time
+import typing
+from collections.abc import Callable
+
+from reshape.features.telemetry import metrics
+from reshape.features.tls_records.rules import RecordSizer
+from reshape.upstream.tls import TlsClient, TlsError
+
+HIGH_WATER = 512 * 1024
+LOW_WATER = 128 * 1024
+
+
+class WireError(Exception):
+    """The connection could not be made or broke."""
+
+
+class PeerRefused(WireError):
+    """Connected, but to an address the caller's `check_peer` refuses (the name resolved to a
+    forbidden address: DNS rebinding); closed before a byte was sent."""
+
+
+# Given the connected peer (ip, port), why the connection must not be used, or None.
+PeerCheck = Callable[[tuple[str, int]], str | None]
+
+
+class Wire(asyncio.Protocol):
+    def __init__(
+        self,
+        tls: TlsClient | None,
+        check_peer: PeerCheck | None = None,
+        sizer: RecordSizer | None = None,
+    ) -> None:
+        self.tls = tls
+        # Sizes this connection's TLS records (a policy's `tls_records` with `side: both`).
+        self.sizer = sizer if tls is not None else None
+        self.check_peer = check_peer
+        self.refused: str | None = None
+        self.transport: asyncio.Transport | None = None
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._buffered = 0
+        self._eof = False
+        self._error: Exception | None = None
+        self._readable = asyncio.Event()
+        self._handshake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._reading_paused = False
+        self.on_close: Callable[[], None] | None = None
+
+    @classmethod
+    async def open(
+        cls,
+        host: str,
+        port: int,
+        *,
+        tls: TlsClient | None,
+        timeout: float,
+        check_peer: PeerCheck | None = None,
+        sizer: RecordSizer | None = None,
+    ) -> Wire:
+        """Connect (and shake hands). `check_peer` vets the address actually connected to
+        before anything is sent, the TLS ClientHello included: PeerRefused if it objects."""
+        loop = asyncio.get_running_loop()
+        try:
+            _, wire = await asyncio.wait_for(
+                loop.create_connection(lambda: cls(tls, check_peer, sizer), host, port), timeout
+            )
+        except TimeoutError:
+            raise WireError(f"connect to {host}:{port} timed out after {timeout:g} s") from None
+        except OSError as e:
+            raise WireError(f"connect to {host}:{port} failed: {e.strerror or e}") from None
+        if wire.refused is not None:
+            raise PeerRefused(wire.refused)
+        if tls is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(wire._handshake), timeout)
+            except TimeoutError:
+                wire.close()
+                raise WireError(f"TLS handshake with {host}:{port} timed out") from None
+            except (TlsError, WireError) as e:
+                wire.close()
+                raise WireError(f"{host}:{port}: {e}") from None
+        return wire
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = typing.cast(asyncio.Transport, transport)
+        if self.check_peer is not None:
+            peer = self.transport.get_extra_info("peername")
+            self.refused = self.check_peer((peer[0], peer[1])) if peer else "no peer address"
+            if self.refused is not None:
+                self._handshake.cancel()  # never to be awaited
+                self.transport.abort()
+                return
+        if self.tls is not None:
+            self.transport.write(self.tls.start())
+        else:
+            self._handshake.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        if self.tls is not None:
+            try:
+                plaintext, out = self.tls.receive(data)
+            except TlsError as e:
+                self._fail(e)
+                return
+            if out and self.transport is not None:
+                self.transport.write(out)
+            if self.tls.handshake_done and not self._handshake.done():
+                self._handshake.set_result(None)
+            data = plaintext
+        if data:
+            self._chunks.append(data)
+            self._buffered += len(data)
+            self._readable.set()
+            if self._buffered > HIGH_WATER and not self._reading_paused and self.transport:
+                self.transport.pause_reading()
+                self._reading_paused = True
+
+    def eof_received(self) -> bool | None:
+        if self.tls is not None:
+            try:
+                plaintext, _ = self.tls.receive(b"")
+            except TlsError as e:
+                self._fail(e)
+                return None
+            if plaintext:
+                self._chunks.append(plaintext)
+                self._buffered += len(plaintext)
+        self._eof = True
+        self._readable.set()
+        if not self._handshake.done():
+            self._handshake.set_exception(WireError("connection closed during the TLS handshake"))
+        self._notify_close()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None and self._error is None:
+            self._error = WireError(f"connection lost: {exc}")
+        self._eof = True
+        self._readable.set()
+        self._writable.set()
+        if not self._handshake.done():
+            self._handshake.set_exception(self._error or WireError("connection closed"))
+        self._notify_close()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    # what the owner uses
+
+    def _fail(self, error: Exception) -> None:
+        self._error = WireError(str(error))
+        if not self._handshake.done():
+            self._handshake.set_exception(self._error)
+        self._readable.set()
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _notify_close(self) -> None:
+        callback, self.on_close = self.on_close, None
+        if callback is not None:
+            callback()
+
+    @property
+    def alpn(self) -> str | None:
+        return self.tls.alpn if self.tls is not None else None
+
+    @property
+    def has_data_or_eof(self) -> bool:
+        """Whether the peer sent anything or closed: an idle connection so marked is not reused."""
+        return bool(self._chunks) or self._eof or self._error is not None
+
+    @property
+    def is_closed(self) -> bool:
+        return self.transport is None or self.transport.is_closing() or self._eof
+
+    def write(self, data: bytes) -> None:
+        """Write `data` at once: one segment if it fits; in TLS records as the sizer says."""
+        if self.transport is None or self.transport.is_closing():
+            raise WireError("connection closed")
+        if self.tls is not None:
+            sizes = None
+            if self.sizer is not None:
+                sizes = self.sizer.next_sizes(len(data), time.monotonic())
+                metrics.observe_tls_records("origin", sizes, self.sizer.small_bytes)
+            data = self.tls.send(data, sizes=sizes)
+        self.transport.write(data)
+
+    async def drain(self) -> None:
+        await self._writable.wait()
+        if self._error is not None:
+            raise self._error
+
+    async def read(self) -> bytes:
+        """The next plaintext bytes; b"" once the peer has closed. Raises WireError if it broke."""
+        while not self._chunks:
+            if self._error is not None:
+                raise self._error
+            if self._eof:
+                return b""
+            self._readable.clear()
+            await self._readable.wait()
+        chunk = self._chunks.popleft()
+        self._buffered -= len(chunk)
+        if self._reading_paused and self._buffered < LOW_WATER and self.transport is not None:
+            self.transport.resume_reading()
+            self._reading_paused = False
+        return chunk
+
+    def close(self) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        if self.tls is not None and self.tls.handshake_done:
+            with contextlib.suppress(Exception):  # close_notify is a courtesy
+                self.transport.write(self.tls.close())
+        self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
