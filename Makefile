@@ -59,7 +59,7 @@ lock:
 	/tmp/reshape-lock/bin/pip install --quiet -c requirements.lock .[test]
 	/tmp/reshape-lock/bin/pip uninstall --quiet -y reshape
 	{ echo "# Resolved test dependencies, installed with -c requirements.lock. Regenerate: make lock"; \
-	  /tmp/reshape-lock/bin/pip freeze | LC_ALL=C sort -f | LC_ALL=C comm -13 <(grep -v '^#' requirements.lock) -; } > requirements-test.lock
+	  /tmp/reshape-lock/bin/pip freeze | LC_ALL=C sort -f | grep -vxFf <(grep -v '^#' requirements.lock); } > requirements-test.lock
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -148,9 +148,9 @@ def loopback_origin(tmp_path: Path) -> Iterator[Origin]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("policy", ["default.yaml", "pooled.yaml"])
+@pytest.mark.parametrize("policy", ["reshape/policy/default.yaml", "policies/pooled.yaml"])
 def test_own_addresses_and_metadata_are_refused(start_reshape: StartProxy, policy: str) -> None:
-    proxy = start_reshape(policy=REPO / "policies" / policy)
+    proxy = start_reshape(policy=REPO / policy)
     started = time.monotonic()
     for url in (f"http://{proxy.listen}/", f"http://{proxy.admin}/metrics"):
         status, body = curl_via_proxy(proxy.proxy_url, url)
