@@ -16,12 +16,10 @@ import secrets
 
 from mitmproxy import http
 
+from reshape.base.flowstate import state_of
 from reshape.policy.reload import PolicyHolder
 from reshape.policy.schema import PolicyFile
 from reshape.policy.selection import RequestFacts, Selection, select, uses_cookie_unit
-
-_KEY = "reshape.selection"
-_SET_COOKIE = "reshape.set_unit_cookie"
 
 UNIT_COOKIE = "reshape_unit"
 # A year: the unit should outlive an experiment; a new salt or name re-assigns anyway.
@@ -30,7 +28,10 @@ UNIT_COOKIE_MAX_AGE = 365 * 24 * 3600
 
 def selection_of(flow: http.HTTPFlow) -> Selection:
     """The selection made for `flow` (set by PolicyChooser in requestheaders)."""
-    return flow.metadata[_KEY]
+    selection = state_of(flow).selection
+    if selection is None:
+        raise LookupError("no policy was chosen for this flow")
+    return selection
 
 
 def new_unit_id() -> str:
@@ -84,8 +85,9 @@ class PolicyChooser:
         policy_file = self.holder.current
         if policy_file is not self._file:
             self._refresh(policy_file)
+        state = state_of(flow)
         if self._constant is not None:
-            flow.metadata[_KEY] = self._constant
+            state.selection = self._constant
             return
         request = flow.request
         unit_cookie = None
@@ -93,7 +95,7 @@ class PolicyChooser:
             unit_cookie, kept = take_unit_cookie(request.headers.get_all("cookie"))
             if unit_cookie is None:
                 unit_cookie = new_unit_id()
-                flow.metadata[_SET_COOKIE] = unit_cookie
+                state.set_unit_cookie = unit_cookie
             else:
                 request.headers.set_all("cookie", kept)
         facts = RequestFacts(
@@ -104,9 +106,9 @@ class PolicyChooser:
             unit_cookie=unit_cookie,
         )
         selection = select(policy_file, facts)
-        flow.metadata[_KEY] = selection
-        if _SET_COOKIE in flow.metadata and not _chosen_by_cookie(policy_file, selection):
-            del flow.metadata[_SET_COOKIE]  # a rule or another experiment decided: no unit needed
+        state.selection = selection
+        if state.set_unit_cookie is not None and not _chosen_by_cookie(policy_file, selection):
+            state.set_unit_cookie = None  # a rule or another experiment decided: no unit needed
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         self._set_unit_cookie(flow)
@@ -116,7 +118,8 @@ class PolicyChooser:
         self._set_unit_cookie(flow)
 
     def _set_unit_cookie(self, flow: http.HTTPFlow) -> None:
-        unit_id = flow.metadata.pop(_SET_COOKIE, None)
+        state = state_of(flow)
+        unit_id, state.set_unit_cookie = state.set_unit_cookie, None
         if unit_id is not None and flow.response is not None:
             flow.response.headers.add("set-cookie", unit_cookie_header(unit_id))
 

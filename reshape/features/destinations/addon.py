@@ -30,6 +30,7 @@ from mitmproxy import connection, http
 from mitmproxy.proxy import server_hooks
 
 from reshape.base.addresses import ListenAddress
+from reshape.base.flowstate import state_of
 from reshape.features.destinations.rules import (
     IPAddress,
     OwnAddresses,
@@ -39,7 +40,6 @@ from reshape.features.destinations.rules import (
     refusal_message,
 )
 from reshape.features.telemetry import metrics
-from reshape.features.telemetry.addon import OUTCOME_OVERRIDE
 from reshape.features.telemetry.metrics import labelled
 from reshape.mitm import patches as mitm_patches
 from reshape.policy.chooser import selection_of
@@ -160,7 +160,7 @@ class Destinations:
                 message = refusal_message(reason, ip, port, selection.policy_name, host)
                 self._refused(selection, reason, message)
                 flow.response = forbidden(message)
-                flow.metadata[OUTCOME_OVERRIDE] = "rejected"
+                state_of(flow).outcome = "rejected"
                 # A body that would have streamed to the origin is read and dropped instead:
                 # mitmproxy cannot stream a request body and answer it locally at once.
                 flow.request.stream = False

@@ -12,13 +12,10 @@ import ipaddress
 from mitmproxy import http
 
 from reshape.base.addresses import ListenAddress
+from reshape.base.flowstate import state_of
 from reshape.policy.chooser import selection_of
 from reshape.upstream.gateway import ASSIGNMENT_HEADER, OUTCOME_HEADER, ROUTE_HEADER, RouteHeader
 from reshape.upstream.types import Assignment
-
-POOLED = "reshape.pooled"
-OUTCOME = "reshape.outcome"
-ASSIGNMENT = "reshape.assignment"  # how the pool served it: an Assignment
 
 
 def _is_ip(host: str) -> bool:
@@ -68,16 +65,17 @@ class UpstreamPool:
         flow.request.scheme = "http"
         flow.request.host = self.gateway.host
         flow.request.port = self.gateway.port
-        flow.metadata[POOLED] = True
+        state_of(flow).pooled = True
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
-        if flow.metadata.get(POOLED) and flow.response is not None:
+        state = state_of(flow)
+        if state.pooled and flow.response is not None:
             outcome = flow.response.headers.pop(OUTCOME_HEADER, None)
             if outcome:
-                flow.metadata[OUTCOME] = outcome
+                state.outcome = outcome
             assignment = parse_assignment(flow.response.headers.pop(ASSIGNMENT_HEADER, ""))
             if assignment is not None:
-                flow.metadata[ASSIGNMENT] = assignment
+                state.assignment = assignment
 
 
 def parse_assignment(value: str) -> Assignment | None:

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 from mitmproxy import http
 
+from reshape.base.flowstate import state_of
 from reshape.features.preconnect.assembly import Learned
 from reshape.features.preconnect.board import DIRECTORY_NAME, NavigationBoard
 from reshape.features.preconnect.navigations import NavigationOutcome, NavigationTracker
@@ -43,7 +44,6 @@ from reshape.upstream.gateway import RouteHeader
 
 log = logging.getLogger("reshape.preconnect")
 
-HANDLE = "reshape.preconnect"
 # How often open navigations are checked for their end, and the table merged with the file.
 EXPIRE_SECONDS = 1.0
 MERGE_SECONDS = 5.0
@@ -177,7 +177,7 @@ class Preconnect:
             self._follow(client, now)
         handle = self.tracker.subresource(client, origin, referer_origin(request), now)
         if handle is not None:
-            flow.metadata[HANDLE] = handle
+            state_of(flow).preconnect = handle
 
     def response(self, flow: http.HTTPFlow) -> None:
         self._finished(flow)
@@ -194,7 +194,8 @@ class Preconnect:
         )
 
     def _finished(self, flow: http.HTTPFlow) -> None:
-        handle = flow.metadata.pop(HANDLE, None)
+        state = state_of(flow)
+        handle, state.preconnect = state.preconnect, None
         if handle is not None:
             self.tracker.finished(handle)
 

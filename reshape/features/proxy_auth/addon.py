@@ -31,15 +31,14 @@ from weakref import WeakKeyDictionary
 
 from mitmproxy import connection, http
 
+from reshape.base.flowstate import state_of
 from reshape.features.proxy_auth.users import FileStamp, Users, UsersFileError, load_users, stamp_of
 from reshape.features.telemetry import metrics
-from reshape.features.telemetry.addon import OUTCOME_OVERRIDE
 
 log = logging.getLogger("reshape.auth")
 
 REALM = "reshape"
 HEADER = "proxy-authorization"
-USER_METADATA = "reshape.proxy_user"
 RELOAD_CHECK_SECONDS = 1.0
 
 # With authentication on and no --allow-clients, any client address may connect (and must then
@@ -105,7 +104,7 @@ class ProxyAuthentication:
         user = self._tunnels.get(flow.client_conn)
         if user is not None:
             flow.request.headers.pop(HEADER, None)
-            flow.metadata[USER_METADATA] = user
+            state_of(flow).proxy_user = user
             return
         await self._authenticate(flow)
 
@@ -131,13 +130,13 @@ class ProxyAuthentication:
                 return None
             self._verified[flow.client_conn] = (value, user)
         del flow.request.headers[HEADER]
-        flow.metadata[USER_METADATA] = user
+        state_of(flow).proxy_user = user
         return user
 
     def _fail(self, flow: http.HTTPFlow, failure: Failure) -> None:
         metrics.proxy_auth_failures_total.labels(failure).inc()
         flow.response = proxy_auth_required()
-        flow.metadata[OUTCOME_OVERRIDE] = "rejected"
+        state_of(flow).outcome = "rejected"
         # A body that would have streamed to the origin is read and dropped instead: mitmproxy
         # cannot stream a request body and answer it locally at once.
         flow.request.stream = False

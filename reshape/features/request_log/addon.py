@@ -50,14 +50,9 @@ from typing import Any
 from mitmproxy import connection, http
 
 from reshape.base.errors import UsageError
-from reshape.features.pool.addon import ASSIGNMENT, POOLED
+from reshape.base.flowstate import state_of
 from reshape.features.telemetry import metrics
-from reshape.features.telemetry.addon import (
-    OUTCOME_OVERRIDE,
-    ByteCounter,
-    client_proto,
-    error_outcome,
-)
+from reshape.features.telemetry.addon import client_proto, error_outcome
 from reshape.features.telemetry.metrics import labelled
 from reshape.policy.chooser import selection_of
 from reshape.policy.selection import NO_ARM
@@ -67,9 +62,6 @@ log = logging.getLogger("reshape.request_log")
 
 FLUSH_SECONDS = 1.0
 FLUSH_BYTES = 64 * 1024
-_ASKED = "reshape.request_log.asked"  # (method, scheme, host) before any re-addressing
-_COUNTER = "reshape.request_log.counter"
-_DONE = "reshape.request_log.done"
 
 
 class RequestLogFile:
@@ -154,30 +146,26 @@ class RequestRecords:
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         request = flow.request
-        flow.metadata[_ASKED] = (request.method, request.scheme, request.pretty_host)
-
-    def responseheaders(self, flow: http.HTTPFlow) -> None:
-        # Telemetry put its byte counter here; an addon after it may wrap it in another callable.
-        if flow.response is not None and isinstance(flow.response.stream, ByteCounter):
-            flow.metadata[_COUNTER] = flow.response.stream
+        state_of(flow).asked = (request.method, request.scheme, request.pretty_host)
 
     def server_disconnected(self, data: Any) -> None:
         server: connection.Server = data.server
         self._served.pop(server.id, None)
 
     def response(self, flow: http.HTTPFlow) -> None:
-        self._finish(flow, flow.metadata.get(OUTCOME_OVERRIDE, "ok"))
+        self._finish(flow, state_of(flow).outcome or "ok")
 
     def error(self, flow: http.HTTPFlow) -> None:
         self._finish(flow, error_outcome(flow))
 
     def _finish(self, flow: http.HTTPFlow, outcome: str) -> None:
-        if _DONE in flow.metadata or _ASKED not in flow.metadata:
+        state = state_of(flow)
+        if state.logged or state.asked is None:
             return  # a response after an error, or a flow that never began here
-        flow.metadata[_DONE] = True
+        state.logged = True
         selection = selection_of(flow)
-        pooled = bool(flow.metadata.get(POOLED))
-        assignment = flow.metadata.get(ASSIGNMENT) if pooled else None
+        pooled = state.pooled
+        assignment = state.assignment if pooled else None
         kind = assignment.kind if assignment else None
         if not pooled:
             kind = self._direct_connection_kind(flow)
@@ -209,13 +197,12 @@ def record(
     """The log line of a completed request (see the module docstring for the fields)."""
     selection = selection_of(flow)
     request, response = flow.request, flow.response
-    method, scheme, host = flow.metadata.get(
-        _ASKED, (request.method, request.scheme, request.pretty_host)
-    )
+    state = state_of(flow)
+    method, scheme, host = state.asked or (request.method, request.scheme, request.pretty_host)
     transaction = None
     if response is not None and request.timestamp_end and response.timestamp_start:
         transaction = round(max(0.0, response.timestamp_start - request.timestamp_end), 6)
-    counter = flow.metadata.get(_COUNTER)
+    counter = state.byte_counter
     if counter is not None:
         body_bytes = counter.count
     elif response is not None:

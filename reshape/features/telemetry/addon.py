@@ -11,6 +11,7 @@ from mitmproxy import connection, http
 from mitmproxy.proxy import server_hooks
 from mitmproxy.proxy.layers import tls
 
+from reshape.base.flowstate import state_of
 from reshape.features.client_errors.rules import classify_flow_error
 from reshape.features.telemetry import metrics
 from reshape.features.telemetry.metrics import labelled
@@ -42,9 +43,6 @@ class ByteCounter:
 
 # Bodies up to this size, with a Content-Length, are relayed whole rather than streamed.
 SMALL_BODY = 64 * 1024
-
-BYTE_COUNTER = "reshape.byte_counter"  # the ByteCounter a streamed response passes through
-OUTCOME_OVERRIDE = "reshape.outcome"  # set by addons that answer for the origin (e.g. a 503)
 
 
 def error_outcome(flow: http.HTTPFlow) -> str:
@@ -98,7 +96,7 @@ class Telemetry:
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         self.in_flight += 1
-        flow.metadata["reshape.in_flight"] = True
+        state_of(flow).in_flight = True
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         response = flow.response
@@ -117,20 +115,21 @@ class Telemetry:
             return
         length = response.headers.get("content-length", "")
         if response.stream or not length.isdigit() or int(length) > SMALL_BODY:
-            # Kept in metadata too: later addons may wrap the stream callable in their own.
-            response.stream = flow.metadata[BYTE_COUNTER] = ByteCounter()
+            # Kept in the flow's state too: later addons may wrap the stream callable.
+            response.stream = state_of(flow).byte_counter = ByteCounter()
 
     def response(self, flow: http.HTTPFlow) -> None:
         response = flow.response
         assert response is not None
         selection = selection_of(flow)
-        counter = flow.metadata.get(BYTE_COUNTER)
-        if callable(response.stream) and isinstance(counter, ByteCounter):
+        state = state_of(flow)
+        counter = state.byte_counter
+        if callable(response.stream) and counter is not None:
             body_bytes = counter.count
         else:
             body_bytes = len(response.raw_content or b"")
         labelled(metrics.response_bytes_total, selection.policy_name, selection.arm).inc(body_bytes)
-        self._finish(flow, flow.metadata.get(OUTCOME_OVERRIDE, "ok"))
+        self._finish(flow, state.outcome or "ok")
 
     def error(self, flow: http.HTTPFlow) -> None:
         outcome = error_outcome(flow)
@@ -141,8 +140,10 @@ class Telemetry:
         self._finish(flow, outcome)
 
     def _finish(self, flow: http.HTTPFlow, outcome: str) -> None:
-        if not flow.metadata.pop("reshape.in_flight", False):
+        state = state_of(flow)
+        if not state.in_flight:
             return  # a response after an error, or a flow we never saw begin
+        state.in_flight = False
         self.in_flight -= 1
         selection = selection_of(flow)
         labelled(

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from mitmproxy import connection, http
 
 from reshape.base.client_family import client_family
+from reshape.base.flowstate import state_of
 from reshape.features.telemetry import metrics
 from reshape.features.telemetry.metrics import labelled
 from reshape.features.trailers.rules import (
@@ -38,8 +39,6 @@ from reshape.features.trailers.rules import (
     settle,
 )
 from reshape.policy.chooser import selection_of
-
-PLAN = "reshape.trailers"
 
 StreamCallable = Callable[[bytes], bytes | Iterable[bytes]]
 
@@ -120,7 +119,7 @@ class Trailers:
         knobs = selection_of(flow).policy.trailers
         plan = plan_for(knobs, flow.request.http_version, flow.request.headers.get("te", ""))
         state = FlowTrailers(plan, _h1_client(flow), _has_body(flow))
-        flow.metadata[PLAN] = state
+        state_of(flow).trailers = state
         if not state.has_body:
             return
         if plan.delivery is Delivery.FORWARD and state.h1_client and not _is_chunked(response):
@@ -140,9 +139,9 @@ class Trailers:
             response.stream = DigestingStream(response.stream)
 
     def response(self, flow: http.HTTPFlow) -> None:
-        state = flow.metadata.get(PLAN)
+        state = state_of(flow).trailers
         response = flow.response
-        if not isinstance(state, FlowTrailers) or response is None:
+        if state is None or response is None:
             return
         received = list(response.trailers.items(multi=True)) if response.trailers else []
         held = not response.stream and response.raw_content is not None
