@@ -46,8 +46,20 @@ from reshape.features.telemetry import metrics
 from reshape.features.telemetry.addon import Telemetry
 from reshape.features.tls_records.addon import TlsRecords
 from reshape.features.trailers.addon import Trailers
-from reshape.mitm import patches as mitm_patches
 from reshape.mitm.addons import proxy_addons
+from reshape.mitm.client_alpn import PreferH2ToClients
+from reshape.mitm.connections import close_client_connection, close_server_connection
+from reshape.mitm.patches import Patches
+from reshape.mitm.patches.connection_limits import AllowConnections
+from reshape.mitm.patches.http1_head_guard import GuardHttp1Heads
+from reshape.mitm.patches.http1_trailers import CarryHttp1Trailers
+from reshape.mitm.patches.http2_flood_guard import GuardHttp2Floods
+from reshape.mitm.patches.listen_backlog import ListenBacklog
+from reshape.mitm.patches.origin_connect_timeout import OriginConnectTimeout
+from reshape.mitm.patches.origin_first_byte_timeout import OriginFirstByteTimeout
+from reshape.mitm.patches.reuse_port import ListenWithReusePort
+from reshape.mitm.patches.split_requests import ReportSplitRequests
+from reshape.mitm.patches.tls_record_sizes import SizeTlsRecords
 from reshape.policy.chooser import PolicyChooser
 from reshape.policy.loader import load_policy_file
 from reshape.policy.reload import PolicyHolder
@@ -129,8 +141,6 @@ class ProxyProcess:
             DEFAULT_ORIGIN_READ_TIMEOUT,
         ),
     ) -> None:
-        if reuse_port:
-            mitm_patches.listen_with_reuse_port()
         self.listen = listen
         self.prepared = prepared
         # The policy in force (reloadable); `prepared.policy_file` is only the one at start-up.
@@ -144,12 +154,15 @@ class ProxyProcess:
         self.master.addons.add(ProxyAuthentication(prepared.users_path, prepared.users))
         self.master.addons.add(
             ClientAccess(allow_clients or (EVERY_CLIENT if prepared.users else ())),
-            mitm_patches.PreferH2ToClients(),
+            PreferH2ToClients(),
             PolicyChooser(self.policy),
             self.telemetry,
         )
         self.destinations = Destinations(  # after PolicyChooser: checks by the policy chosen
-            self.policy, own_addresses(listen, prepared.admin), self.telemetry.internal_addresses
+            self.policy,
+            own_addresses(listen, prepared.admin),
+            self.telemetry.internal_addresses,
+            close_server=close_server_connection,
         )
         self.master.addons.add(self.destinations)
         # The pool's connections: checked on the address connected to, as mitmproxy's are.
@@ -163,21 +176,32 @@ class ProxyProcess:
         tls_records, split_requests = TlsRecords(), SplitRequests()
         self.master.addons.add(tls_records, split_requests)
         self.master.addons.add(Trailers())  # after Telemetry: wraps its stream callable
-        mitm_patches.size_tls_records(tls_records.record_sizes)
-        mitm_patches.report_split_requests(split_requests.request_split)
-        mitm_patches.carry_http1_trailers()
-        client_errors = ClientErrors()  # counts bad input; the patch refuses what hooks miss
+        client_errors = ClientErrors()  # counts bad input; the patches refuse what hooks miss
         self.master.addons.add(
-            client_errors, SilentClients(client_header_timeout, client_errors.report)
+            client_errors,
+            SilentClients(client_header_timeout, client_errors.report, close_client_connection),
         )
-        mitm_patches.guard_client_input(
-            client_errors.report,
-            max_head_bytes=DEFAULT_MAX_HEAD_BYTES,
-            header_timeout=client_header_timeout,
+        self.gateway_connections = AllowConnections(GATEWAY_CONNECTIONS_PER_CLIENT)
+        # Installed when the process starts (`start`), removed when it stops.
+        self.patches = Patches(
+            [
+                *([ListenWithReusePort()] if reuse_port else []),
+                ListenBacklog(LISTEN_BACKLOG),  # connection storms (bench/soak)
+                SizeTlsRecords(tls_records.record_sizes),
+                ReportSplitRequests(split_requests.request_split),
+                CarryHttp1Trailers(),
+                GuardHttp1Heads(
+                    client_errors.report,
+                    max_head_bytes=DEFAULT_MAX_HEAD_BYTES,
+                    header_timeout=client_header_timeout,
+                ),
+                GuardHttp2Floods(client_errors.report),
+                self.gateway_connections,
+                # mitmproxy's own origin connections; the internal gateway's are the pool's.
+                OriginConnectTimeout(origin_timeouts[0], self.telemetry.internal_addresses),
+                OriginFirstByteTimeout(origin_timeouts[1], self.telemetry.internal_addresses),
+            ]
         )
-        mitm_patches.listen_with_backlog(LISTEN_BACKLOG)  # connection storms (bench/soak)
-        # mitmproxy's own origin connections; the internal gateway's are the pool's to time.
-        mitm_patches.time_out_origins(*origin_timeouts, exempt=self.telemetry.internal_addresses)
         self.master.options.update(
             listen_host=listen.host,
             listen_port=listen.port,
@@ -229,10 +253,11 @@ class ProxyProcess:
 
     async def start(self) -> ListenAddress:
         """Listen and run; a ReshapeError (e.g. port in use) if the listener cannot start."""
+        self.patches.install()
         self.engine.start()
         gateway = await self.gateway.start()
         gateway_address = (gateway.host, gateway.port)
-        mitm_patches.allow_connections(gateway_address, GATEWAY_CONNECTIONS_PER_CLIENT)
+        self.gateway_connections.addresses.add(gateway_address)
         self.telemetry.internal_addresses.add(gateway_address)
         self.destinations.listening_on(gateway_address)
         self.master.addons.add(UpstreamPool(gateway, self.gateway.token))
@@ -249,6 +274,7 @@ class ProxyProcess:
             self._exception_handler.close()
             await self.gateway.stop()
             await self.engine.stop()
+            self.patches.uninstall()
             raise ReshapeError(f"cannot listen on {self.listen}: {_strip_mitmproxy_hint(reason)}")
         await self.master.running()
         host, port = self.proxyserver.listen_addrs()[0][:2]
@@ -276,6 +302,7 @@ class ProxyProcess:
         await self.engine.stop()
         await _end_leftover_tasks()
         self._exception_handler.close()
+        self.patches.uninstall()
 
 
 async def _end_leftover_tasks() -> None:

@@ -291,8 +291,8 @@ async def _relay(
     method: bytes,
     assignment: Assignment | None = None,
 ) -> None:
-    """Stream the origin's response to mitmproxy, trailers included (mitm_patches makes
-    mitmproxy read them). An origin silent for `read_timeout` mid-body is cut off.
+    """Stream the origin's response to mitmproxy, trailers included (the CarryHttp1Trailers
+    patch makes mitmproxy read them). An origin silent for `read_timeout` mid-body is cut off.
 
     Trailers need a chunked body on this hop: h11 chunks every response without a length. An
     HTTP/2 origin may send a length and trailers both; when its head announces them (a `Trailer`

@@ -248,8 +248,9 @@ def test_mitmproxys_own_connections_time_out(
     start_reshape: StartProxy, tmp_path: Path, fault: str, status: int
 ) -> None:
     """Without `upstream:`, mitmproxy's own connections are timed too
-    (mitm_patches.time_out_origins; `--origin-connect-timeout`, `--origin-read-timeout`, by
-    default the pool's defaults); with HTTP/2 clients: tests/hardening/test_mitm_timeouts.py."""
+    (the OriginConnectTimeout and OriginFirstByteTimeout patches; `--origin-connect-timeout`,
+    `--origin-read-timeout`, by default the pool's defaults); with HTTP/2 clients:
+    tests/hardening/test_mitm_timeouts.py."""
     path = tmp_path / "policy.yaml"
     path.write_text(POLICIES["direct"])
     timeout = 2.0

@@ -1,5 +1,5 @@
 """The proxy's listener queues as many connections as the kernel allows, not asyncio's 100
-(mitm_patches.listen_with_backlog): 1,000 clients connecting at once are not reset."""
+(the ListenBacklog patch): 1,000 clients connecting at once are not reset."""
 
 from __future__ import annotations
 

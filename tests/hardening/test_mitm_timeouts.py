@@ -16,7 +16,7 @@ import contextlib
 import ssl
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import h2.config
@@ -35,8 +35,10 @@ from mitmproxy.proxy.layers.http import HttpLayer, HTTPMode
 from mitmproxy.utils import asyncio_utils
 
 from labkit.pki import OriginPKI
-from reshape.mitm import patches as mitm_patches
 from reshape.mitm.addons import proxy_addons
+from reshape.mitm.patches import Patches
+from reshape.mitm.patches.origin_connect_timeout import OriginConnectTimeout
+from reshape.mitm.patches.origin_first_byte_timeout import OriginFirstByteTimeout
 from tests.hardening.faulty_origins import Backlog, FaultyOrigin
 from tests.scripted_origins import ScriptedOrigin
 
@@ -46,15 +48,23 @@ READ_TIMEOUT = 1.0
 LONG = 30.0
 
 
+Timeouts = tuple[OriginConnectTimeout, OriginFirstByteTimeout]
+
+
 @pytest.fixture
-def timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Install the patch with short timeouts; mitmproxy's own behaviour again afterwards."""
-    monkeypatch.setattr(mitm_patches, "_origin_timeouts", None)
-    mitm_patches.time_out_origins(CONNECT_TIMEOUT, READ_TIMEOUT)
+def timeouts() -> Iterator[Timeouts]:
+    """The patches installed with short timeouts; mitmproxy's own behaviour again afterwards."""
+    patches = (OriginConnectTimeout(CONNECT_TIMEOUT), OriginFirstByteTimeout(READ_TIMEOUT))
+    with Patches(patches):
+        yield patches
 
 
-def use_timeouts(read_timeout: float, exempt: tuple[tuple[str, int], ...] = ()) -> None:
-    mitm_patches.time_out_origins(CONNECT_TIMEOUT, read_timeout, exempt=exempt)
+def use_timeouts(
+    timeouts: Timeouts, read_timeout: float, exempt: tuple[tuple[str, int], ...] = ()
+) -> None:
+    """Change the installed first-byte timeout (it reads its settings on every request)."""
+    timeouts[1].timeout = read_timeout
+    timeouts[1].exempt = exempt
 
 
 # --- sans-IO: mitmproxy's HttpLayer, driven by hand ------------------------------------------
@@ -152,9 +162,9 @@ def h2_get(peer: H2Peer) -> bytes:
 @pytest.mark.parametrize("client_alpn", [None, b"h2"], ids=["client-h1", "client-h2"])
 @pytest.mark.parametrize("origin_alpn", [None, b"h2"], ids=["origin-h1", "origin-h2"])
 def test_a_silent_origin_gets_its_request_cancelled_and_the_client_a_504(
-    timeouts: None, client_alpn: bytes | None, origin_alpn: bytes | None
+    timeouts: Timeouts, client_alpn: bytes | None, origin_alpn: bytes | None
 ) -> None:
-    use_timeouts(read_timeout=0.05)
+    use_timeouts(timeouts, read_timeout=0.05)
     driven = DrivenLayer(client_alpn, origin_alpn)
     client_peer = H2Peer(client_side=True) if client_alpn else None
     request_out = driven.from_client(h2_get(client_peer) if client_peer else GET)
@@ -188,8 +198,8 @@ def test_a_silent_origin_gets_its_request_cancelled_and_the_client_a_504(
     assert not closed(out, driven.client)  # the client connection goes on
 
 
-def test_an_answer_disarms_the_timer_and_the_next_request_takes_it_over(timeouts: None) -> None:
-    use_timeouts(read_timeout=LONG)
+def test_an_answer_disarms_the_timer_and_the_next_request_takes_it_over(timeouts: Timeouts) -> None:
+    use_timeouts(timeouts, read_timeout=LONG)
     driven = DrivenLayer()
     out = driven.from_client(GET)
     server = server_of(out)
@@ -207,9 +217,9 @@ def test_an_answer_disarms_the_timer_and_the_next_request_takes_it_over(timeouts
 
 
 def test_a_timer_taken_over_from_an_earlier_request_wakes_early_and_rearms(
-    timeouts: None,
+    timeouts: Timeouts,
 ) -> None:
-    use_timeouts(read_timeout=LONG)
+    use_timeouts(timeouts, read_timeout=LONG)
     driven = DrivenLayer()
     out = driven.from_client(GET)
     server = server_of(out)
@@ -226,8 +236,8 @@ def test_a_timer_taken_over_from_an_earlier_request_wakes_early_and_rearms(
     assert sent(out, driven.client).endswith(b"\r\n\r\nok")
 
 
-def test_a_wakeup_after_a_websocket_upgrade_is_ignored(timeouts: None) -> None:
-    use_timeouts(read_timeout=LONG)
+def test_a_wakeup_after_a_websocket_upgrade_is_ignored(timeouts: Timeouts) -> None:
+    use_timeouts(timeouts, read_timeout=LONG)
     driven = DrivenLayer()
     out = driven.from_client(
         b"GET http://origin.test/ws HTTP/1.1\r\nHost: origin.test\r\nConnection: Upgrade\r\n"
@@ -249,14 +259,14 @@ def test_a_wakeup_after_a_websocket_upgrade_is_ignored(timeouts: None) -> None:
     assert driven.feed(events.Wakeup(timer)) == []
 
 
-def test_exempt_destinations_get_no_timer(timeouts: None) -> None:
-    use_timeouts(read_timeout=LONG, exempt=(("origin.test", 80),))
+def test_exempt_destinations_get_no_timer(timeouts: Timeouts) -> None:
+    use_timeouts(timeouts, read_timeout=LONG, exempt=(("origin.test", 80),))
     driven = DrivenLayer()
     assert timers(driven.from_client(GET)) == []
 
 
-def test_the_timer_starts_once_the_whole_request_went_out(timeouts: None) -> None:
-    use_timeouts(read_timeout=LONG)
+def test_the_timer_starts_once_the_whole_request_went_out(timeouts: Timeouts) -> None:
+    use_timeouts(timeouts, read_timeout=LONG)
     driven = DrivenLayer()
     driven.from_client(b"POST http://origin.test/ HTTP/1.1\r\nHost: origin.test\r\n")
     out = driven.from_client(b"Content-Length: 2\r\n\r\n")
@@ -325,7 +335,9 @@ async def mitmproxy_with_timeouts(confdir: Path, origin_ca: Path) -> AsyncIterat
 
 
 @pytest.fixture
-async def proxy_url(timeouts: None, tmp_path: Path, origin_pki: OriginPKI) -> AsyncIterator[str]:
+async def proxy_url(
+    timeouts: Timeouts, tmp_path: Path, origin_pki: OriginPKI
+) -> AsyncIterator[str]:
     async with mitmproxy_with_timeouts(tmp_path / "confdir", origin_pki.ca_cert_path) as url:
         yield url
 

@@ -6,7 +6,8 @@ Two sources, one counter:
   (Content-Length with Transfer-Encoding, several Content-Lengths — smuggling), invalid header
   names, a broken chunked body, a body cut short (reshape/features/client_errors/rules.py
   `classify_flow_error`);
-- `report(kind)`, called by mitm_patches.guard_client_input for what no hook sees: heads that
+- `report(kind)`, called by the GuardHttp1Heads and GuardHttp2Floods patches for what no hook sees:
+heads that
   are too large or too slow, control characters in header values, heads mitmproxy cannot parse,
   HTTP/2 floods and protocol errors.
 

@@ -1,7 +1,8 @@
 """Closes client connections that send nothing at all within the header timeout.
 
-The header timeout (mitm_patches.guard_client_input) starts with a request head's first byte:
-mitmproxy creates its HTTP layer only once bytes arrive. A client that connects and stays
+The header timeout (reshape/mitm/patches/http1_head_guard.py) starts with a request head's
+first byte: mitmproxy creates its HTTP layer only once bytes arrive. A client that connects and
+stays
 silent — a slowloris that never starts, or thousands of them holding file descriptors — would
 otherwise keep its connection until mitmproxy's idle `tcp_timeout` (600 s). Like nginx's
 `client_header_timeout`, which runs from the accept, this closes it after the same timeout,
@@ -20,15 +21,20 @@ from typing import Any
 
 from mitmproxy import connection
 
-from reshape.mitm import patches as mitm_patches
-
 log = logging.getLogger("reshape.client_errors")
 
 
 class SilentClients:
-    def __init__(self, timeout: float, report: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        timeout: float,
+        report: Callable[[str], None],
+        close_client: Callable[[connection.Client], bool],
+    ) -> None:
         self.timeout = timeout
         self.report = report
+        # Closes a client connection's socket; False if it is closed already.
+        self.close_client = close_client
         self._timers: dict[str, asyncio.TimerHandle] = {}
 
     def client_connected(self, client: connection.Client) -> None:
@@ -55,7 +61,7 @@ class SilentClients:
     def _expire(self, client: connection.Client) -> None:
         if self._timers.pop(client.id, None) is None:
             return
-        if mitm_patches.close_client_connection(client):
+        if self.close_client(client):
             log.info("client %s sent nothing in %g s: closed", _peer(client), self.timeout)
             self.report("silent_connection")
 

@@ -24,6 +24,7 @@ import logging
 import socket
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from weakref import WeakKeyDictionary
 
 from mitmproxy import connection, http
@@ -41,7 +42,6 @@ from reshape.features.destinations.rules import (
 )
 from reshape.features.telemetry import metrics
 from reshape.features.telemetry.metrics import labelled
-from reshape.mitm import patches as mitm_patches
 from reshape.policy.chooser import selection_of
 from reshape.policy.reload import PolicyHolder
 from reshape.policy.selection import NO_ARM, RequestFacts, Selection, select
@@ -114,8 +114,13 @@ class Destinations:
         own: OwnAddresses,
         internal: set[tuple[str, int]],
         resolver: Resolver | None = None,
+        *,
+        close_server: Callable[[connection.Client, connection.Server], None] | None = None,
     ) -> None:
         self.policy = policy
+        # Closes a server connection's socket after connecting (mitm/connections.py; None in
+        # tests without a running proxy).
+        self.close_server = close_server
         self.own = own
         # reshape's internal listeners (the upstream gateway): mitmproxy's connections to them
         # carry pooled requests, already checked; the same set object as Telemetry's.
@@ -188,7 +193,8 @@ class Destinations:
         # Marks the connection failed for every later request, and closes it before the request
         # is written: nothing reaches the refused address.
         data.server.error = message
-        mitm_patches.close_server_connection(data.client, data.server)
+        if self.close_server is not None:
+            self.close_server(data.client, data.server)
 
     def _refused(self, selection: Selection | None, reason: Reason, message: str) -> None:
         policy = selection.policy_name if selection else self.policy.current.default

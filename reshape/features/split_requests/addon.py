@@ -8,7 +8,8 @@ client, a read is whatever was decrypted from one socket read). Two segments rea
 one read, so a busy proxy sees fewer splits than the client made. A request with
 `Expect: 100-continue` is not counted: its client waits for the proxy before sending the body.
 
-mitm_patches.report_split_requests calls `request_split`, at the moment the split is seen.
+The ReportSplitRequests patch (reshape/mitm/patches/split_requests.py) calls `request_split`, at the
+moment the split is seen.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ origin connections belong to one client connection). Requests sent through the s
 (`upstream:`) leave on the pool's connections, which this addon does not write: the engine sizes
 those itself under `side: both` (reshape/upstream/wire.py, same sizer, same metrics).
 
-mitm_patches.size_tls_records calls `record_sizes` for every TLS write.
+The SizeTlsRecords patch (reshape/mitm/patches/tls_record_sizes.py) calls `record_sizes` for every
+TLS write.
 """
 
 from __future__ import annotations

@@ -1,0 +1,61 @@
+"""A connect timeout on mitmproxy's own origin connections."""
+
+from __future__ import annotations
+
+import asyncio
+import types
+from collections.abc import Collection, Iterable
+from typing import Any
+
+from mitmproxy.proxy import server
+from mitmproxy.utils import human
+
+from reshape.mitm.patches.base import Patch, Replacement
+
+
+class OriginConnectTimeout(Patch):
+    """Give up connecting to an origin after `timeout` seconds: the client gets 502.
+
+    Why: mitmproxy 12.2.3 opens origin connections with a bare `asyncio.open_connection`
+    (`ConnectionHandler.open_connection`, proxy/server.py), so a connect that nobody answers lasts
+    as long as the kernel's SYN retries (about two minutes), and no hook runs meanwhile. The patch
+    gives proxy/server.py an `asyncio` whose `open_connection` raises `TimeoutError` (an OSError,
+    which mitmproxy handles as any failed connect) after `timeout` (TCP only: a TLS handshake
+    that stalls is not timed). Connections to the `exempt` addresses are left alone; the
+    collection is read each time, so it may grow later.
+    """
+
+    def __init__(self, timeout: float, exempt: Collection[tuple[str, int]] = ()) -> None:
+        super().__init__()
+        self.timeout = timeout
+        self.exempt = exempt
+
+    def replacements(self) -> Iterable[Replacement]:
+        patch = self
+
+        async def open_connection(
+            host: str, port: int, **kwargs: Any
+        ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+            if (host, port) in patch.exempt:
+                return await asyncio.open_connection(host, port, **kwargs)
+            deadline = asyncio.timeout(patch.timeout)
+            try:
+                async with deadline:
+                    return await asyncio.open_connection(host, port, **kwargs)
+            except TimeoutError:
+                if not deadline.expired():
+                    raise  # the kernel's own ETIMEDOUT
+                raise TimeoutError(
+                    f"no connection to {human.format_address((host, port))} within "
+                    f"{patch.timeout:g} s (connect timeout)"
+                ) from None
+
+        class AsyncioWithConnectTimeout(types.ModuleType):
+            """asyncio as proxy/server.py sees it: the module itself, but for open_connection."""
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(asyncio, name)
+
+        shim = AsyncioWithConnectTimeout("asyncio")
+        shim.open_connection = open_connection  # type: ignore[attr-defined]
+        yield server, "asyncio", shim
