@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 import time
@@ -36,7 +37,8 @@ from reshape.features.client_errors.rules import DEFAULT_HEADER_TIMEOUT, DEFAULT
 from reshape.features.client_errors.silent_clients import SilentClients
 from reshape.features.destinations.addon import Destinations, own_addresses
 from reshape.features.destinations.rules import refusal
-from reshape.features.pool.addon import UpstreamPool
+from reshape.features.pool.addon import PoolRouting
+from reshape.features.pool.routes import BROWSER_LIKE
 from reshape.features.preconnect.addon import Preconnect
 from reshape.features.proxy_auth.addon import EVERY_CLIENT, ProxyAuthentication
 from reshape.features.proxy_auth.users import Users, users_for_run
@@ -50,7 +52,7 @@ from reshape.mitm.addons import proxy_addons
 from reshape.mitm.client_alpn import PreferH2ToClients
 from reshape.mitm.connections import close_client_connection, close_server_connection
 from reshape.mitm.patches import Patches
-from reshape.mitm.patches.connection_limits import AllowConnections
+from reshape.mitm.patches.engine_join import JoinEngine
 from reshape.mitm.patches.http1_head_guard import GuardHttp1Heads
 from reshape.mitm.patches.http1_trailers import CarryHttp1Trailers
 from reshape.mitm.patches.http2_flood_guard import GuardHttp2Floods
@@ -63,19 +65,15 @@ from reshape.mitm.patches.tls_record_sizes import SizeTlsRecords
 from reshape.policy.chooser import PolicyChooser
 from reshape.policy.loader import load_policy_file
 from reshape.policy.reload import PolicyHolder
-from reshape.policy.schema import DestinationKnobs, PolicyFile, TlsRecordKnobs, UpstreamKnobs
+from reshape.policy.schema import PolicyFile, UpstreamKnobs
 from reshape.policy.selection import label_values
-from reshape.upstream.engine import Engine, Route
-from reshape.upstream.gateway import Gateway, RouteHeader
-from reshape.upstream.pool import PoolKey, PoolLimits
+from reshape.upstream.engine import Engine
 from reshape.upstream.trust import write_trust_bundle
 
 log = logging.getLogger("reshape")
 
 # Connections the kernel may queue for the proxy's listener (capped by net.core.somaxconn).
 LISTEN_BACKLOG = 4096
-# Each client connection may have this many requests in flight to the internal gateway at once.
-GATEWAY_CONNECTIONS_PER_CLIENT = 256
 
 # mitmproxy logs every client connect/disconnect at INFO; reshape logs start-up facts and errors.
 _QUIET_LOGGERS = ("mitmproxy.proxy.server", "mitmproxy.proxy.mode_servers")
@@ -147,7 +145,6 @@ class ProxyProcess:
         self.policy = policy or PolicyHolder(None, prepared.policy_file)
         self.telemetry = Telemetry()
         self.engine = Engine(prepared.trust_bundle)
-        self.gateway = Gateway(self.engine, self.route_for)
         self.master = Master(options.Options(), with_termlog=False)
         self.master.addons.add(*proxy_addons())
         # First, so an unauthenticated client learns nothing from the addons after it.
@@ -161,7 +158,6 @@ class ProxyProcess:
         self.destinations = Destinations(  # after PolicyChooser: checks by the policy chosen
             self.policy,
             own_addresses(listen, prepared.admin),
-            self.telemetry.internal_addresses,
             close_server=close_server_connection,
         )
         self.master.addons.add(self.destinations)
@@ -170,9 +166,7 @@ class ProxyProcess:
             peer, knobs, self.destinations.own
         )
         self.master.addons.add(RequestRecords(request_log))
-        self.master.addons.add(
-            Preconnect(self.engine, self.policy, self.route_for, confdir, shared=reuse_port)
-        )
+        self.master.addons.add(Preconnect(self.engine, self.policy, confdir, shared=reuse_port))
         tls_records, split_requests = TlsRecords(), SplitRequests()
         self.master.addons.add(tls_records, split_requests)
         self.master.addons.add(Trailers())  # after Telemetry: wraps its stream callable
@@ -181,7 +175,6 @@ class ProxyProcess:
             client_errors,
             SilentClients(client_header_timeout, client_errors.report, close_client_connection),
         )
-        self.gateway_connections = AllowConnections(GATEWAY_CONNECTIONS_PER_CLIENT)
         # Installed when the process starts (`start`), removed when it stops.
         self.patches = Patches(
             [
@@ -196,10 +189,11 @@ class ProxyProcess:
                     header_timeout=client_header_timeout,
                 ),
                 GuardHttp2Floods(client_errors.report),
-                self.gateway_connections,
-                # mitmproxy's own origin connections; the internal gateway's are the pool's.
-                OriginConnectTimeout(origin_timeouts[0], self.telemetry.internal_addresses),
-                OriginFirstByteTimeout(origin_timeouts[1], self.telemetry.internal_addresses),
+                # Requests to the engine, in process; the rest (upgrades) on mitmproxy's own
+                # connections, which get the engine's kind of timeouts too.
+                JoinEngine(self.engine, PoolRouting(default_knobs(origin_timeouts)).route_for),
+                OriginConnectTimeout(origin_timeouts[0]),
+                OriginFirstByteTimeout(origin_timeouts[1]),
             ]
         )
         self.master.options.update(
@@ -210,11 +204,9 @@ class ProxyProcess:
             block_global=False,  # ClientAccess decides who may connect (--allow-clients)
             # Request bodies above this stream to the origin instead of being held whole.
             stream_large_bodies="1m",
-            # With a pool, connect only once the request is known: pooled requests never need
-            # mitmproxy's own connection (eager opens one per client at CONNECT time). Without
-            # one, eager: lazy makes mitmproxy 12.2.3 open an origin connection per request when
-            # an HTTP/2 client talks to an HTTP/1.1-only origin.
-            connection_strategy=connection_strategy(self.policy.current),
+            # Connect only once a request is known: the engine carries requests over its own
+            # connections, so one opened at CONNECT time (eager) would go unused.
+            connection_strategy="lazy",
         )
         metrics.precreate(label_values(self.policy.current))
         self.policy.on_change(self._policy_changed)
@@ -225,42 +217,13 @@ class ProxyProcess:
     def proxyserver(self):  # mitmproxy.addons.proxyserver.Proxyserver
         return self.master.addons.get("proxyserver")
 
-    def route_for(self, header: RouteHeader) -> Route | None:
-        """The engine's route for a request the UpstreamPool addon sent to the gateway."""
-        policy = self.policy.policy(header.policy)
-        if policy is None or policy.upstream is None:
-            return None
-        records = policy.tls_records
-        return route(
-            header,
-            policy.upstream,
-            policy.destinations,
-            records if records is not None and records.side == "both" else None,
-        )
-
     def _policy_changed(self, old: PolicyFile, new: PolicyFile) -> None:
         metrics.precreate(label_values(new))
-        # mitmproxy reads the option when a client connection's layers decide to connect, so the
-        # switch applies to client connections opened from now on; open ones keep their strategy.
-        strategy = connection_strategy(new)
-        if strategy != self.master.options.connection_strategy:
-            log.info(
-                "connection strategy now %s (policies %s the upstream pool)",
-                strategy,
-                "use" if strategy == "lazy" else "no longer use",
-            )
-            self.master.options.update(connection_strategy=strategy)
 
     async def start(self) -> ListenAddress:
         """Listen and run; a ReshapeError (e.g. port in use) if the listener cannot start."""
         self.patches.install()
         self.engine.start()
-        gateway = await self.gateway.start()
-        gateway_address = (gateway.host, gateway.port)
-        self.gateway_connections.addresses.add(gateway_address)
-        self.telemetry.internal_addresses.add(gateway_address)
-        self.destinations.listening_on(gateway_address)
-        self.master.addons.add(UpstreamPool(gateway, self.gateway.token))
         self._exception_handler.enter_context(
             asyncio_utils.install_exception_handler(self.master._asyncio_exception_handler)
         )
@@ -272,7 +235,6 @@ class ProxyProcess:
                 (str(i.last_exception) for i in instances if i.last_exception), "unknown error"
             )
             self._exception_handler.close()
-            await self.gateway.stop()
             await self.engine.stop()
             self.patches.uninstall()
             raise ReshapeError(f"cannot listen on {self.listen}: {_strip_mitmproxy_hint(reason)}")
@@ -298,7 +260,6 @@ class ProxyProcess:
                 "drain timed out; abandoning %d requests in flight", self.telemetry.in_flight
             )
         await self.master.done()
-        await self.gateway.stop()
         await self.engine.stop()
         await _end_leftover_tasks()
         self._exception_handler.close()
@@ -315,37 +276,11 @@ async def _end_leftover_tasks() -> None:
     await asyncio.gather(*leftovers, return_exceptions=True)
 
 
-def uses_pool(policy_file: PolicyFile) -> bool:
-    return any(policy.upstream is not None for policy in policy_file.policies.values())
-
-
-def connection_strategy(policy_file: PolicyFile) -> str:
-    return "lazy" if uses_pool(policy_file) else "eager"
-
-
-def route(
-    header: RouteHeader,
-    knobs: UpstreamKnobs,
-    destinations: DestinationKnobs,
-    records: TlsRecordKnobs | None = None,
-) -> Route:
-    return Route(
-        key=PoolKey(header.scheme, header.host, header.port, header.sni),
-        limits=PoolLimits(
-            max_connections=knobs.max_connections_per_host,
-            max_queue=knobs.max_queue,
-            queue_timeout=knobs.queue_timeout,
-            idle_timeout=knobs.idle_timeout,
-            pipeline_depth=knobs.pipeline_depth,
-            http2=knobs.http2,
-        ),
-        connect_timeout=knobs.connect_timeout,
-        read_timeout=knobs.read_timeout,
-        policy=header.policy,
-        arm=header.arm,
-        destinations=destinations,
-        records=records,
-    )
+def default_knobs(origin_timeouts: tuple[float, float]) -> UpstreamKnobs:
+    """The upstream knobs of policies without `upstream:`: a browser's limits, with the connect
+    and read timeouts of `--origin-connect-timeout` and `--origin-read-timeout`."""
+    connect, read = origin_timeouts
+    return dataclasses.replace(BROWSER_LIKE, connect_timeout=connect, read_timeout=read)
 
 
 def _strip_mitmproxy_hint(reason: str) -> str:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from reshape.features.telemetry.addon import ByteCounter
     from reshape.features.trailers.addon import FlowTrailers
     from reshape.policy.selection import Selection
+    from reshape.upstream.engine import Route
     from reshape.upstream.types import Assignment
 
 KEY = "reshape"
@@ -37,9 +38,10 @@ class FlowState:
     # How the request ended when an addon answered for the origin or the pool refused it
     # ("rejected", "upstream_error"); None: decided by the response or the error.
     outcome: str | None = None
-    # Carried by reshape's shared pool (not by mitmproxy's own origin connections), and how
-    # the pool served it.
+    # Carried by reshape's engine (not by mitmproxy's own origin connections): where and under
+    # which limits (set when the request is handed over), and how the pool served it.
     pooled: bool = False
+    route: Route | None = None
     assignment: Assignment | None = None
     # The user that proxy authentication admitted (`--users`).
     proxy_user: str | None = None

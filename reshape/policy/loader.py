@@ -66,11 +66,13 @@ def _check_references(policy_file: PolicyFile, document: object, decoder: Decode
     known(policy_file.default, "default", _line_of(document, "default"))
     policies_node = document.get("policies") if isinstance(document, dict) else None
     for name, policy in policy_file.policies.items():
-        if policy.preconnect.mode != "off" and policy.upstream is None:
+        unshared = policy.upstream is not None and not policy.upstream.share
+        if policy.preconnect.mode != "off" and unshared:
             decoder.fail(
                 _line_of(policies_node, name),
                 f"policies.{name}.preconnect",
-                "warm connections live in the shared pool: add an `upstream:` section",
+                "warm connections live in the shared pool, which `upstream: {share: false}` "
+                "turns off",
             )
     rules_node = document.get("rules") if isinstance(document, dict) else None
     for i, rule in enumerate(policy_file.rules):

@@ -1,7 +1,7 @@
 """The policy file in force, and reloading it on SIGHUP or when the file changes.
 
 `PolicyHolder` is what every part of a proxy process reads instead of a policy file captured at
-start-up: the chooser (for each new request), the gateway's route lookup, the metrics'
+start-up: the chooser (for each new request), the metrics'
 pre-created label values, the connection strategy. A reload swaps `holder.current` in one
 assignment on the event loop, so a request sees either the old file or the new one, never a mix;
 requests already in flight keep the selection stored on their flow (reshape/policy/chooser.py).

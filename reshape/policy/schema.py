@@ -49,6 +49,12 @@ class UpstreamKnobs:
         60.0, doc="Seconds an idle keep-alive connection to an origin is kept.", minimum=0.001
     )
     http2: bool = knob(True, doc="Use HTTP/2 where the origin offers it by ALPN.")
+    share: bool = knob(
+        True,
+        doc="Share connections among all clients (one pool per origin); false: each client "
+        "connection keeps its own, closed when it closes, as a browser without a proxy would "
+        "(to measure the pool against no pool in an experiment).",
+    )
     pipeline_depth: int = knob(
         0,
         doc="HTTP/1.1 pipelining: most requests in flight on one connection (0 = off).",

@@ -107,6 +107,9 @@ class Route:
     # How to size the TLS records of its connections (a policy's `tls_records` with `side:
     # both`); None: OpenSSL's full records.
     records: TlsRecordKnobs | None = None
+    # Whose connections these are: None, everyone's (the shared pool); otherwise one client
+    # connection's own, closed by `release` when it goes.
+    owner: str | None = None
 
     @property
     def pool_id(self) -> PoolId:
@@ -115,12 +118,12 @@ class Route:
         each get their own cap, queue and pipelining — and per set of destination and record
         knobs, so that no request rides a connection its policy would have refused or sized
         otherwise."""
-        return (self.key, self.limits, self.destinations, self.records)
+        return (self.key, self.limits, self.destinations, self.records, self.owner)
 
 
-# A pool's identity: its destination, its limits, the addresses it may connect to and how its
-# TLS records are sized.
-PoolId = tuple[PoolKey, PoolLimits, DestinationKnobs, TlsRecordKnobs | None]
+# A pool's identity: its destination, its limits, the addresses it may connect to, how its TLS
+# records are sized, and whose it is.
+PoolId = tuple[PoolKey, PoolLimits, DestinationKnobs, TlsRecordKnobs | None, str | None]
 
 
 class Waiter:
@@ -329,6 +332,16 @@ class Engine:
                 self.run(pool, pool.request_done(decision.conn_id, waiter.id, now, reusable=True))
         if taken is not None:
             self.run(pool, pool.request_done(taken, waiter.id, now, reusable=False))
+
+    def release(self, owner: str) -> None:
+        """The client connection `owner` is gone: its own pools (`upstream: share: false`)
+        close their connections and go."""
+        now = self.now()
+        for pool_id, pool in list(self.pools.items()):
+            if pool_id[-1] == owner:
+                del self.pools[pool_id]
+                self._routes.pop(pool, None)
+                self.run(pool, pool.close_all(now))
 
     def preconnect(self, route: Route, count: int, idle_timeout: float) -> int:
         """Have `count` connections to the route's destination ready before its requests

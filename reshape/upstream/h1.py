@@ -2,7 +2,7 @@
 
 Responses come back in request order, so the exchange at the front of the line is the only one
 that reads from the socket; the others wait for their turn. Reading is pulled by the client side
-(the gateway), so a slow client holds back only its own connection to the origin.
+(reshape/mitm/engine_channel.py), so a slow client holds back only its own connection to the origin.
 """
 
 from __future__ import annotations
@@ -43,14 +43,32 @@ class H1Response:
         self.turn = asyncio.Event()  # set when this exchange is at the front of the line
 
     async def read(self) -> bytes:
-        if self.ended:
-            return b""
-        event = await self._connection._next_event(self)
+        while not self.ended:
+            data = self._take(await self._connection._next_event(self))
+            if data is not None:
+                return data
+        return b""
+
+    def read_nowait(self) -> bytes | None:
+        """As `read`, but None at once when nothing more has arrived yet."""
+        while not self.ended:
+            if not self.turn.is_set():
+                return None
+            event = self._connection._poll(self)
+            if event is None:
+                return None
+            data = self._take(event)
+            if data is not None:
+                return data
+        return b""
+
+    def _take(self, event: http1.Event) -> bytes | None:
+        """Body bytes of `event`, b"" at the end, None for trailers (read on)."""
         if isinstance(event, http1.BodyData):
             return event.data
         if isinstance(event, http1.Trailers):
             self.trailers = list(event.headers)
-            return await self.read()
+            return None
         assert isinstance(event, http1.ResponseEnd), event
         self.ended = True
         self.keep_alive = event.keep_alive
@@ -174,6 +192,15 @@ class H1Upstream:
 
     async def _next_event(self, response: H1Response) -> http1.Event:
         await response.turn.wait()
+        while True:
+            event = self._poll(response)
+            if event is not None:
+                return event
+            await self.wire.readable()
+
+    def _poll(self, response: H1Response) -> http1.Event | None:
+        """The next event for `response` (whose turn it is), from what has arrived; None if
+        nothing has."""
         if response.error is not None:
             raise response.error
         while not self._events:
@@ -181,10 +208,12 @@ class H1Upstream:
                 self._lost(self._broken)
                 raise response.error or self._broken
             try:
-                data = await self.wire.read()
+                data = self.wire.read_nowait()
             except WireError as e:
                 data = b""
                 self._broken = UpstreamError(str(e))
+            if data is None:
+                return None
             try:
                 self._events.extend(self.reader.receive_data(data))
             except http1.ProtocolError as e:

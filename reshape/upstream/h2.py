@@ -81,6 +81,19 @@ class H2Response:
         self._connection._acknowledge(self.stream_id, flow_controlled)
         return data
 
+    def read_nowait(self) -> bytes | None:
+        """As `read`, but None at once when nothing more has arrived yet."""
+        if not self._chunks:
+            if self._error is not None:
+                raise self._error
+            if not self._ended:
+                return None
+            self._connection._stream_finished(self, reusable=True)
+            return b""
+        data, flow_controlled = self._chunks.popleft()
+        self._connection._acknowledge(self.stream_id, flow_controlled)
+        return data
+
     def abort(self) -> None:
         self._connection._cancel_stream(self)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -59,7 +59,7 @@ class UpstreamRequest:
     body: bytes = b""
     # A body still arriving from the client; such a request cannot be replayed, so it is never
     # pipelined or retried.
-    body_stream: AsyncIterator[bytes] | None = None
+    body_stream: AsyncIterable[bytes] | None = None
     trailers: Headers = field(default_factory=list)
     # Filled in by the engine when the request goes out on a connection (the last one, if it
     # went again).
@@ -79,6 +79,10 @@ class UpstreamResponse(Protocol):
 
     async def read(self) -> bytes:
         """The next piece of the body; b"" at its end. Raises UpstreamError if it broke."""
+        ...
+
+    def read_nowait(self) -> bytes | None:
+        """As `read`, but None at once when nothing more has arrived yet."""
         ...
 
     def abort(self) -> None:

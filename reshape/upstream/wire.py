@@ -212,13 +212,23 @@ class Wire(asyncio.Protocol):
 
     async def read(self) -> bytes:
         """The next plaintext bytes; b"" once the peer has closed. Raises WireError if it broke."""
-        while not self._chunks:
-            if self._error is not None:
-                raise self._error
-            if self._eof:
-                return b""
+        await self.readable()
+        chunk = self.read_nowait()
+        assert chunk is not None
+        return chunk
+
+    async def readable(self) -> None:
+        """Wait until `read_nowait` has something to say: bytes, the end, or an error."""
+        while not self._chunks and self._error is None and not self._eof:
             self._readable.clear()
             await self._readable.wait()
+
+    def read_nowait(self) -> bytes | None:
+        """As `read`, but None at once when nothing has arrived yet."""
+        if not self._chunks:
+            if self._error is not None:
+                raise self._error
+            return b"" if self._eof else None
         chunk = self._chunks.popleft()
         self._buffered -= len(chunk)
         if self._reading_paused and self._buffered < LOW_WATER and self.transport is not None:

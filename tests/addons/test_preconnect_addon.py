@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from mitmproxy.test import tutils
 
-from reshape.features.preconnect.addon import is_navigation, origin_of, referer_origin, route_header
-from reshape.upstream.gateway import RouteHeader
+from reshape.features.pool.routes import Destination
+from reshape.features.preconnect.addon import is_navigation, origin_of, referer_origin
 
 
 @pytest.mark.parametrize(
@@ -53,29 +53,20 @@ def test_a_request_without_referer_has_no_referer_origin() -> None:
 
 
 @pytest.mark.parametrize(
-    ("origin", "header"),
+    ("origin", "destination"),
     [
-        (
-            "https://cdn.test:443",
-            RouteHeader("https", "cdn.test", 443, "cdn.test", "cdn.test", "p", "a"),
-        ),
-        (
-            "https://127.0.0.3:8443",
-            RouteHeader("https", "127.0.0.3", 8443, None, "127.0.0.3:8443", "p", "a"),
-        ),
-        ("http://cdn.test:80", RouteHeader("http", "cdn.test", 80, None, "cdn.test", "p", "a")),
-        (
-            "https://[::1]:443",
-            RouteHeader("https", "::1", 443, None, "[::1]", "p", "a"),
-        ),
+        ("https://cdn.test:443", Destination("https", "cdn.test", 443, "cdn.test")),
+        ("https://127.0.0.3:8443", Destination("https", "127.0.0.3", 8443, None)),
+        ("http://cdn.test:80", Destination("http", "cdn.test", 80, None)),
+        ("https://[::1]:443", Destination("https", "::1", 443, None)),
         ("ftp://cdn.test:21", None),
         ("https://cdn.test", None),  # origins are stored with their port
     ],
 )
-def test_route_header_matches_what_a_request_would_get(
-    origin: str, header: RouteHeader | None
+def test_a_learned_origin_is_the_destination_a_request_would_get(
+    origin: str, destination: Destination | None
 ) -> None:
-    assert route_header(origin, "p", "a") == header
+    assert Destination.of_origin(origin) == destination
 
 
 def test_origin_of_lowercases_and_brackets() -> None:

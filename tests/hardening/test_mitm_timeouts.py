@@ -64,7 +64,7 @@ def use_timeouts(
 ) -> None:
     """Change the installed first-byte timeout (it reads its settings on every request)."""
     timeouts[1].timeout = read_timeout
-    timeouts[1].exempt = exempt
+    timeouts[1].exempt = lambda server: server.address in exempt
 
 
 # --- sans-IO: mitmproxy's HttpLayer, driven by hand ------------------------------------------

@@ -13,11 +13,9 @@ from mitmproxy.test import tflow
 
 from labkit.origins import Origin, nginx_origin
 from reshape.base.errors import UsageError
-from reshape.features.pool.addon import parse_assignment
 from reshape.features.request_log.addon import RequestLogFile, RequestRecords, record
 from reshape.policy.chooser import PolicyChooser
 from reshape.policy.loader import parse_policy_text
-from reshape.upstream.types import Assignment
 from tests.conftest import StartProxy
 
 POLICY = parse_policy_text("version: 1\ndefault: a\npolicies: {a: {}}\n", Path("p.yaml"))
@@ -92,11 +90,16 @@ def test_workers_append_every_request_to_one_file(
     assert len(pages) == 24
     assert all(r["bytes"] == 3000 and r["policy"] == "baseline" for r in pages)
     assert all(r["host"] == origin.host and r["scheme"] == "http" for r in records)
-    # curl sends both requests of a run on one connection: the first opens an origin connection.
-    kinds = [r["upstream_connection"] for r in pages]
-    assert kinds.count("new") == 12 and kinds.count("reused") == 12
+    # One run after the other: each worker's pool opens one origin connection and reuses it.
+    kinds = [r["upstream_connection"] for r in records]
+    assert all(r["pooled"] for r in records)
+    assert set(kinds) <= {"new", "reused"} and 1 <= kinds.count("new") <= 2, kinds
     assert [r["status"] for r in records if r["status"] != 200] == [404]
-    assert proxy.metric("reshape_direct_requests_total", connection="new") == 13
+    carried = sum(
+        proxy.metric("reshape_upstream_requests_total", connection=kind)
+        for kind in ("new", "reused")
+    )
+    assert carried == 25
 
 
 @pytest.mark.slow
@@ -150,10 +153,3 @@ def test_pooled_requests_log_their_queueing_and_connection_kind(
     waited = [r for r in records if r["queued"]]
     assert len(waited) >= 1 and all(r["queue_seconds"] > 0 for r in waited)
     assert len(waited) == proxy.metric("reshape_requests_queued_total")
-
-
-def test_the_gateways_assignment_header_is_parsed_strictly() -> None:
-    assert parse_assignment("reused 1 0.012500") == Assignment("reused", True, 0.0125)
-    assert parse_assignment("new 0 0.000100") == Assignment("new", False, 0.0001)
-    for garbled in ("", "new", "new 2 0.1", "new 1 soon", "new 1 0.1 extra"):
-        assert parse_assignment(garbled) is None

@@ -130,7 +130,8 @@ def test_metrics_follow_the_traffic(start_reshape: StartProxy, http_origin: Orig
     assert proxy.metric("reshape_transaction_seconds_count", policy="baseline") == 5
     assert proxy.metric("reshape_client_connections_total") == 5
     assert proxy.metric("reshape_client_connections_active") == 0
-    assert proxy.metric("reshape_upstream_connections_opened_total", proto="h1") == 5
+    # Five clients, one after the other: the pool's connection carries all of them.
+    assert proxy.metric("reshape_upstream_connections_opened_total", proto="h1") == 1
     text = proxy.metrics()
     for name in (
         "reshape_requests_total",

@@ -112,7 +112,6 @@ class Destinations:
         self,
         policy: PolicyHolder,
         own: OwnAddresses,
-        internal: set[tuple[str, int]],
         resolver: Resolver | None = None,
         *,
         close_server: Callable[[connection.Client, connection.Server], None] | None = None,
@@ -122,9 +121,6 @@ class Destinations:
         # tests without a running proxy).
         self.close_server = close_server
         self.own = own
-        # reshape's internal listeners (the upstream gateway): mitmproxy's connections to them
-        # carry pooled requests, already checked; the same set object as Telemetry's.
-        self.internal = internal
         self.resolver = resolver or Resolver()
         # What the last check on a client connection allowed, per destination: the policy whose
         # knobs the connected peer is then checked against.
@@ -133,8 +129,7 @@ class Destinations:
         )
 
     def listening_on(self, address: tuple[str, int]) -> None:
-        """Add an address the proxy listens on that was not known at start (a port 0 resolved,
-        the internal gateway)."""
+        """Add an address the proxy listens on that was not known at start (a port 0 resolved)."""
         self.own = self.own.with_address(ListenAddress(*address))
 
     async def http_connect(self, flow: http.HTTPFlow) -> None:
@@ -177,7 +172,7 @@ class Destinations:
 
     def server_connected(self, data: server_hooks.ServerConnectionHookData) -> None:
         address, peer = data.server.address, data.server.peername
-        if address is None or peer is None or address in self.internal:
+        if address is None or peer is None:
             return
         # The policy of the request this connection is for; the default policy's knobs for a
         # connection no request check saw (an addon changed the destination afterwards).

@@ -74,7 +74,7 @@ def _loopback_only(ip: IPAddress) -> bool:
 
 @dataclass(frozen=True)
 class OwnAddresses:
-    """The addresses the proxy listens on (proxy, admin, internal gateway).
+    """The addresses the proxy listens on (proxy, admin).
 
     A listener on a wildcard address (0.0.0.0, ::) listens on every local address, so for its
     port `is_local` decides — a callable so the caller can ask the kernel (see

@@ -1,89 +1,40 @@
-"""Hands requests whose policy has an `upstream:` section to reshape's shared pool of origin
-connections (reshape/upstream/), through the engine's internal gateway.
+"""Which requests reshape's engine carries (reshape/upstream/), and under which route.
 
-Thin on purpose: it only rewrites where mitmproxy sends the request and records the outcome the
-gateway reports. Requests under a policy without `upstream:` are left to mitmproxy.
+Thin on purpose: the decision is `route_for(flow)`, which the engine's join
+(reshape/mitm/patches/engine_join.py) asks when a request needs a connection. Every HTTP request
+goes through the engine except upgrades (WebSocket and other protocols after a 101 stay on
+mitmproxy's own connections: the engine speaks HTTP only).
 """
 
 from __future__ import annotations
 
-import ipaddress
-
 from mitmproxy import http
 
-from reshape.base.addresses import ListenAddress
-from reshape.base.flowstate import state_of
+from reshape.features.pool.routes import BROWSER_LIKE, Destination, route
 from reshape.policy.chooser import selection_of
-from reshape.upstream.gateway import ASSIGNMENT_HEADER, OUTCOME_HEADER, ROUTE_HEADER, RouteHeader
-from reshape.upstream.types import Assignment
+from reshape.policy.schema import UpstreamKnobs
+from reshape.upstream.engine import Route
 
 
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
+class PoolRouting:
+    def __init__(self, defaults: UpstreamKnobs = BROWSER_LIKE) -> None:
+        # The knobs of policies without `upstream:` (`reshape run --origin-connect-timeout`,
+        # `--origin-read-timeout` set theirs).
+        self.defaults = defaults
 
-
-def route_of(flow: http.HTTPFlow) -> RouteHeader:
-    """Where the request really goes, before the addon points it at the gateway."""
-    request = flow.request
-    default_port = 443 if request.scheme == "https" else 80
-    authority = request.host_header or (
-        request.host if request.port == default_port else f"{request.host}:{request.port}"
-    )
-    sni = flow.client_conn.sni or (None if _is_ip(request.host) else request.host)
-    selection = selection_of(flow)
-    return RouteHeader(
-        scheme=request.scheme,
-        host=request.host,
-        port=request.port,
-        sni=sni if request.scheme == "https" else None,
-        authority=authority,
-        policy=selection.policy_name,
-        arm=selection.arm,
-    )
-
-
-class UpstreamPool:
-    def __init__(self, gateway: ListenAddress, token: str) -> None:
-        self.gateway = gateway
-        self.token = token
-
-    def request(self, flow: http.HTTPFlow) -> None:
-        # A route header from a client is never trusted, whatever the policy.
-        flow.request.headers.pop(ROUTE_HEADER, None)
-        if flow.response is not None or flow.request.method == "CONNECT":
-            return
-        if selection_of(flow).policy.upstream is None:
-            return
-        if "upgrade" in flow.request.headers:
-            return  # WebSocket and other upgrades stay with mitmproxy
-        route = route_of(flow)
-        flow.request.headers[ROUTE_HEADER] = route.encode(self.token)
-        flow.request.scheme = "http"
-        flow.request.host = self.gateway.host
-        flow.request.port = self.gateway.port
-        state_of(flow).pooled = True
-
-    def responseheaders(self, flow: http.HTTPFlow) -> None:
-        state = state_of(flow)
-        if state.pooled and flow.response is not None:
-            outcome = flow.response.headers.pop(OUTCOME_HEADER, None)
-            if outcome:
-                state.outcome = outcome
-            assignment = parse_assignment(flow.response.headers.pop(ASSIGNMENT_HEADER, ""))
-            if assignment is not None:
-                state.assignment = assignment
-
-
-def parse_assignment(value: str) -> Assignment | None:
-    """The gateway's `reshape-assignment` header, or None if absent or garbled."""
-    parts = value.split(" ")
-    if len(parts) != 3 or parts[1] not in ("0", "1"):
-        return None
-    try:
-        return Assignment(parts[0], parts[1] == "1", float(parts[2]))
-    except ValueError:
-        return None
+    def route_for(self, flow: http.HTTPFlow) -> Route | None:
+        request = flow.request
+        if request.method == "CONNECT" or "upgrade" in request.headers:
+            return None
+        selection = selection_of(flow)
+        destination = Destination.of(
+            request.scheme, request.host, request.port, flow.client_conn.sni
+        )
+        return route(
+            destination,
+            selection.policy,
+            selection.policy_name,
+            selection.arm,
+            client=flow.client_conn.id,
+            defaults=self.defaults,
+        )

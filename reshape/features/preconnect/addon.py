@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from mitmproxy import http
 
 from reshape.base.flowstate import state_of
+from reshape.features.pool.routes import Destination, knobs_of, route
 from reshape.features.preconnect.assembly import Learned
 from reshape.features.preconnect.board import DIRECTORY_NAME, NavigationBoard
 from reshape.features.preconnect.navigations import NavigationOutcome, NavigationTracker
@@ -40,7 +39,6 @@ from reshape.policy.chooser import selection_of
 from reshape.policy.reload import PolicyHolder
 from reshape.policy.schema import Policy, PreconnectKnobs
 from reshape.upstream.engine import Engine, Route
-from reshape.upstream.gateway import RouteHeader
 
 log = logging.getLogger("reshape.preconnect")
 
@@ -85,47 +83,17 @@ def referer_origin(request: http.Request) -> str | None:
     return origin_of(parts.scheme, parts.hostname, port)
 
 
-def route_header(origin: str, policy: str, arm: str) -> RouteHeader | None:
-    """The route header a request to `origin` would get (see reshape/features/pool/addon.py)."""
-    try:
-        parts = urlsplit(origin)
-        port = parts.port
-    except ValueError:
-        return None
-    host = parts.hostname
-    if parts.scheme not in ("http", "https") or host is None or port is None:
-        return None
-    default = 443 if parts.scheme == "https" else 80
-    bracketed = f"[{host}]" if ":" in host else host
-    try:
-        ipaddress.ip_address(host)
-        sni = None
-    except ValueError:
-        sni = host
-    return RouteHeader(
-        scheme=parts.scheme,
-        host=host,
-        port=port,
-        sni=sni if parts.scheme == "https" else None,
-        authority=bracketed if port == default else f"{bracketed}:{port}",
-        policy=policy,
-        arm=arm,
-    )
-
-
 class Preconnect:
     def __init__(
         self,
         engine: Engine,
         policy: PolicyHolder,
-        route_for: Callable[[RouteHeader], Route | None],
         confdir: Path,
         *,
         shared: bool = False,
     ) -> None:
         self.engine = engine
         self.policy = policy
-        self.route_for = route_for
         self.store = TableStore(confdir / FILE_NAME)
         self.table: OriginTable = self.store.load()
         self.tracker = NavigationTracker(window=NAVIGATION_WINDOW)
@@ -157,7 +125,7 @@ class Preconnect:
             return
         selection = selection_of(flow)
         policy = selection.policy
-        if policy.upstream is None or policy.preconnect.mode == "off":
+        if policy.preconnect.mode == "off":
             return
         request = flow.request
         origin = origin_of(request.scheme, request.host, request.port)
@@ -188,10 +156,7 @@ class Preconnect:
     # what the hooks do
 
     def _in_use(self) -> bool:
-        return any(
-            p.upstream is not None and p.preconnect.mode != "off"
-            for p in self.policy.current.policies.values()
-        )
+        return any(p.preconnect.mode != "off" for p in self.policy.current.policies.values())
 
     def _finished(self, flow: http.HTTPFlow) -> None:
         state = state_of(flow)
@@ -221,15 +186,17 @@ class Preconnect:
 
     def _warm(self, first_party: str, policy: Policy, policy_name: str, arm: str) -> None:
         knobs = policy.preconnect
-        assert policy.upstream is not None
-        cap = min(knobs.max_connections_per_origin, policy.upstream.max_connections_per_host)
+        upstream = knobs_of(policy)
+        if not upstream.share:
+            return  # each client connection keeps its own connections: nothing to share
+        cap = min(knobs.max_connections_per_origin, upstream.max_connections_per_host)
         for prediction in self.table.predict(first_party, min_confidence=knobs.min_confidence):
-            header = route_header(prediction.origin, policy_name, arm)
-            route = self.route_for(header) if header is not None else None
-            if route is None:
+            destination = Destination.of_origin(prediction.origin)
+            if destination is None:
                 continue
             count = connections_wanted(prediction, knobs.rule, cap)
-            opened = self.engine.preconnect(route, count, knobs.idle_timeout)
+            warm = route(destination, policy, policy_name, arm)
+            opened = self.engine.preconnect(warm, count, knobs.idle_timeout)
             log.debug(
                 "preconnect %s for %s: %d of %d", prediction.origin, first_party, opened, count
             )

@@ -20,10 +20,9 @@ Fields:
 | `bytes` | response body bytes relayed to the client |
 | `error` | mitmproxy's error text, null if none |
 
-For requests the shared pool carries, the gateway hands the engine's assignment back on the
-response (`reshape-assignment`, taken off by reshape/features/pool/addon.py); a pooled request that
-got
-no response (503, 502) has null there.
+For requests the shared pool carries, the engine's assignment is on the flow's state (set by the
+join, reshape/mitm/engine_channel.py); a pooled request that got no response (503, 502) has
+null there.
 
 Writing costs little and is bounded: records are kept in memory and written at most once a second
 (or when 64 KB are waiting), each time with one `write()` of whole lines to a file opened with

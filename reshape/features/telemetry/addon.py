@@ -58,8 +58,6 @@ def error_outcome(flow: http.HTTPFlow) -> str:
 class Telemetry:
     def __init__(self) -> None:
         self.in_flight = 0
-        # mitmproxy's connections to reshape's own internal listeners are not upstream connections.
-        self.internal_addresses: set[tuple[str, int]] = set()
         # Ids of origin connections opened without TLS, not counted yet (see server_connected).
         self._plain_pending: set[str] = set()
 
@@ -76,7 +74,7 @@ class Telemetry:
         # CONNECT, mitmproxy opens it before the client's TLS hello arrives. So a connection
         # without TLS so far is counted (as h1) only once it carries a response or closes
         # without TLS having started.
-        if not data.server.tls and data.server.address not in self.internal_addresses:
+        if not data.server.tls:
             self._plain_pending.add(data.server.id)
 
     def tls_start_server(self, data: tls.TlsData) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import types
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from mitmproxy.proxy import server
@@ -21,14 +21,13 @@ class OriginConnectTimeout(Patch):
     as long as the kernel's SYN retries (about two minutes), and no hook runs meanwhile. The patch
     gives proxy/server.py an `asyncio` whose `open_connection` raises `TimeoutError` (an OSError,
     which mitmproxy handles as any failed connect) after `timeout` (TCP only: a TLS handshake
-    that stalls is not timed). Connections to the `exempt` addresses are left alone; the
-    collection is read each time, so it may grow later.
+    that stalls is not timed). The engine's own connections have their own timeout
+    (`upstream: connect_timeout`).
     """
 
-    def __init__(self, timeout: float, exempt: Collection[tuple[str, int]] = ()) -> None:
+    def __init__(self, timeout: float) -> None:
         super().__init__()
         self.timeout = timeout
-        self.exempt = exempt
 
     def replacements(self) -> Iterable[Replacement]:
         patch = self
@@ -36,8 +35,6 @@ class OriginConnectTimeout(Patch):
         async def open_connection(
             host: str, port: int, **kwargs: Any
         ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-            if (host, port) in patch.exempt:
-                return await asyncio.open_connection(host, port, **kwargs)
             deadline = asyncio.timeout(patch.timeout)
             try:
                 async with deadline:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Collection, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from mitmproxy import flow, http, version
+from mitmproxy import connection, flow, http, version
 from mitmproxy.proxy import commands, events
 from mitmproxy.proxy.layers import http as http_layers
 from mitmproxy.proxy.layers.http._base import format_error
@@ -23,6 +23,7 @@ from mitmproxy.proxy.layers.http._events import (
 from mitmproxy.proxy.layers.http._hooks import HttpErrorHook
 from mitmproxy.utils import human
 
+from reshape.mitm.engine_client import EngineServer
 from reshape.mitm.patches.base import Patch, Replacement, relay
 
 
@@ -49,6 +50,10 @@ class _SpareTimers:
         yield from ()
 
 
+def _carried_by_engine(server: connection.Server) -> bool:
+    return isinstance(server, EngineServer)
+
+
 # A wakeup up to this early still counts as due (the event loop may run a timer a hair early).
 _TIMER_SLACK = 0.001
 
@@ -66,7 +71,8 @@ class OriginFirstByteTimeout(Patch):
     the origin (HTTP/1: the connection closes; HTTP/2: RST_STREAM CANCEL) and the client gets
     504. The timer lives in the per-request `HttpStream`, so HTTP/1 and HTTP/2 clients are
     treated alike; requests that legitimately wait longer (long polls) get the 504 too, as with
-    the pool. Requests to the `exempt` addresses are left alone (read each time).
+    the pool. Requests to connections `exempt` says yes to are left alone: by default the
+    engine's (reshape/mitm/engine_client.py `EngineServer`), which times its own.
 
     mitmproxy cannot cancel a timer: a disarmed one stays pending until it is due, its wakeup
     pointed away from the request (which then keeps neither the stream nor its flow alive, and
@@ -74,7 +80,9 @@ class OriginFirstByteTimeout(Patch):
     same client connection takes it over instead of arming another.
     """
 
-    def __init__(self, timeout: float, exempt: Collection[tuple[str, int]] = ()) -> None:
+    def __init__(
+        self, timeout: float, exempt: Callable[[connection.Server], bool] = _carried_by_engine
+    ) -> None:
         super().__init__()
         self.timeout = timeout
         self.exempt = exempt
@@ -185,11 +193,7 @@ class OriginFirstByteTimeout(Patch):
 
             yield from relay(original_handle_event(self, event), note_end)
             timeouts = patch
-            if (
-                sent_end
-                and waiting_for_head(self)
-                and self.context.server.address not in timeouts.exempt
-            ):
+            if sent_end and waiting_for_head(self) and not timeouts.exempt(self.context.server):
                 yield from arm(self, timeouts.timeout)
 
         yield HttpStream, "_handle_event", _handle_event

@@ -159,11 +159,15 @@ def test_sections_with_defaults_are_present_even_when_absent() -> None:
 
 
 def test_preconnect_needs_the_shared_pool() -> None:
-    found = problems("version: 1\ndefault: a\npolicies:\n  a: {preconnect: {mode: learned}}\n")
+    found = problems(
+        "version: 1\ndefault: a\npolicies:\n"
+        "  a: {upstream: {share: false}, preconnect: {mode: learned}}\n"
+    )
     assert found == [
-        "line 4: policies.a.preconnect: warm connections live in the shared pool: "
-        "add an `upstream:` section"
+        "line 4: policies.a.preconnect: warm connections live in the shared pool, which "
+        "`upstream: {share: false}` turns off"
     ]
+    parse("version: 1\ndefault: a\npolicies:\n  a: {preconnect: {mode: learned}}\n")
     parse("version: 1\ndefault: a\npolicies:\n  a: {upstream: {}, preconnect: {mode: learned}}\n")
 
 

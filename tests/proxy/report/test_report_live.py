@@ -3,8 +3,9 @@
 of the same run gives the same requests and the same finding.
 
 One proxy runs two experiments at once, told apart by which header a simulated user sends:
-`planted` (unit header:X-User) puts half the users on mitmproxy's own connections and half on the
-shared pool; `aa` (unit header:X-AA) puts both arms on the same pooled policy. Every request comes
+`planted` (unit header:X-User) puts half the users on connections of their own (`share: false`)
+and half on the shared pool; `aa` (unit header:X-AA) puts both arms on the same pooled policy. Every
+request comes
 on a fresh client connection, as from many different clients: without the pool each needs a new
 origin connection, with it almost none do.
 """
@@ -32,7 +33,8 @@ POLICY = """\
 version: 1
 default: direct
 policies:
-  direct: {}
+  direct:
+    upstream: {share: false}
   pooled:
     upstream: {max_connections_per_host: 4}
 experiments:

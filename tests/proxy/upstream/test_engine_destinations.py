@@ -1,5 +1,6 @@
 """The pool's connections are checked on the address actually connected to (DNS rebinding): a
-refused peer is cut off before a byte is sent, and the client gets 403 from the gateway."""
+refused peer is cut off before a byte is sent (through the proxy the client gets 403:
+tests/addons/test_destinations_addon.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from reshape.base.addresses import ListenAddress
 from reshape.features.destinations.rules import OwnAddresses, refusal
 from reshape.policy.schema import DestinationKnobs
 from reshape.upstream.engine import DestinationRefused, Engine
-from reshape.upstream.gateway import Gateway, RouteHeader
 from tests.proxy.upstream.inprocess import HOST, fetch, limits, running
 
 DENY_LOOPBACK = DestinationKnobs(loopback="deny")
@@ -52,27 +52,3 @@ async def test_the_proxys_own_address_is_refused_whatever_the_policy() -> None:
         with pytest.raises(DestinationRefused, match="this proxy's own address"):
             await fetch(engine, route, "/0/loop")
         assert origin.requests == []
-
-
-@pytest.mark.asyncio
-async def test_the_gateway_answers_a_refused_peer_with_403() -> None:
-    async with running(limits()) as (engine, route, origin):
-        check_with(engine, OwnAddresses())
-        gateway = Gateway(
-            engine, lambda header: dataclasses.replace(route, destinations=DENY_LOOPBACK)
-        )
-        address = await gateway.start()
-        try:
-            header = RouteHeader("http", HOST, origin.port, None, HOST, "p", "-")
-            reader, writer = await asyncio.open_connection(address.host, address.port)
-            writer.write(
-                b"GET /0/x HTTP/1.1\r\nHost: g\r\nreshape-route: "
-                + header.encode(gateway.token).encode()
-                + b"\r\n\r\n"
-            )
-            head = await reader.readuntil(b"\r\n\r\n")
-            writer.close()
-        finally:
-            await gateway.stop()
-        assert head.startswith(b"HTTP/1.1 403 ")
-        assert b"reshape-outcome: rejected" in head

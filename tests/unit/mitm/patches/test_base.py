@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import mitmproxy.version
 import pytest
 
-from reshape.mitm.patches import Patch, Patches, PatchError
+from reshape.mitm.patches import Patch, PatchError, Patches
 from reshape.mitm.patches.base import Replacement
 
 

@@ -1,0 +1,100 @@
+"""Where a request goes through the engine, and under which limits: its `Route`.
+
+Sans-IO: from a destination (scheme, host, port, TLS name) and the policy a request runs under,
+the engine's `Route`. A policy without an `upstream:` section gets the pool with the limits a
+browser keeps for itself (`UpstreamKnobs()`'s defaults: 6 connections per origin, HTTP/2 where
+offered, no pipelining).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from reshape.policy.schema import Policy, UpstreamKnobs
+from reshape.upstream.engine import Route
+from reshape.upstream.pool import PoolKey, PoolLimits
+
+BROWSER_LIKE = UpstreamKnobs()
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where a request's connection goes."""
+
+    scheme: str  # "http" | "https"
+    host: str
+    port: int
+    sni: str | None  # the TLS server name (https only)
+
+    @classmethod
+    def of(cls, scheme: str, host: str, port: int, client_sni: str | None = None) -> Destination:
+        """The destination of a request to `host`; `client_sni` is the name the client itself
+        sent in its TLS hello (if it tunnelled), which names the server even when `host` is an
+        address."""
+        if scheme != "https":
+            return cls(scheme, host, port, None)
+        return cls(scheme, host, port, client_sni or (None if _is_ip(host) else host))
+
+    @classmethod
+    def of_origin(cls, origin: str) -> Destination | None:
+        """The destination of an origin written as a URL with its port (`https://host:443`, as
+        the preconnect table stores them); None if it is not one."""
+        try:
+            parts = urlsplit(origin)
+            port = parts.port
+        except ValueError:
+            return None
+        if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
+            return None
+        return cls.of(parts.scheme, parts.hostname, port)
+
+
+def knobs_of(policy: Policy, defaults: UpstreamKnobs = BROWSER_LIKE) -> UpstreamKnobs:
+    return policy.upstream if policy.upstream is not None else defaults
+
+
+def limits_of(knobs: UpstreamKnobs) -> PoolLimits:
+    return PoolLimits(
+        max_connections=knobs.max_connections_per_host,
+        max_queue=knobs.max_queue,
+        queue_timeout=knobs.queue_timeout,
+        idle_timeout=knobs.idle_timeout,
+        pipeline_depth=knobs.pipeline_depth,
+        http2=knobs.http2,
+    )
+
+
+def route(
+    destination: Destination,
+    policy: Policy,
+    policy_name: str,
+    arm: str,
+    *,
+    client: str | None = None,
+    defaults: UpstreamKnobs = BROWSER_LIKE,
+) -> Route:
+    """The route of a request from the client connection `client` (its id), under `policy`;
+    `defaults` are the knobs of a policy without `upstream:`."""
+    knobs = knobs_of(policy, defaults)
+    records = policy.tls_records
+    return Route(
+        key=PoolKey(destination.scheme, destination.host, destination.port, destination.sni),
+        limits=limits_of(knobs),
+        connect_timeout=knobs.connect_timeout,
+        read_timeout=knobs.read_timeout,
+        policy=policy_name,
+        arm=arm,
+        destinations=policy.destinations,
+        records=records if records is not None and records.side == "both" else None,
+        owner=None if knobs.share else client,
+    )
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,410 @@
+"""The asyncio side of an `EngineServer` connection: runs each exchange through the engine.
+
+One `EngineChannel` per `EngineServer` (reshape/mitm/engine_client.py). It is the connection's
+"transport" in mitmproxy's `ConnectionHandler`: the handler's task for the connection waits on it
+(so a client that goes away cancels everything the channel runs) and its `writer` is the channel
+(so mitmproxy's `drain_writers`, which runs after every read from the client, waits while a
+streamed request body is backed up: backpressure towards the client).
+
+Each exchange is a task: it asks the engine for a response, then hands the response to the
+client connection's layers as `EngineResponse` events through `ConnectionHandler.server_event`,
+mitmproxy's own way in. Whatever the origin has sent already goes in one event (the head and a
+small body: one pass through the layers); a larger body follows piece by piece, each only after
+the client's socket has taken the last (backpressure towards the origin: the engine stops reading
+its connection while nobody takes the data).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
+
+from mitmproxy import http
+from mitmproxy.net.http import status_codes
+from mitmproxy.proxy.layers.http._events import (
+    ErrorCode,
+    HttpEvent,
+    ResponseData,
+    ResponseEndOfMessage,
+    ResponseHeaders,
+    ResponseProtocolError,
+    ResponseTrailers,
+)
+
+from reshape.base.flowstate import FlowState, state_of
+from reshape.mitm.engine_client import EngineResponse, EngineServer, Exchange
+from reshape.upstream.engine import (
+    DestinationRefused,
+    Engine,
+    FirstByteTimeout,
+    QueueRejected,
+    Route,
+)
+from reshape.upstream.types import (
+    Headers,
+    UpstreamError,
+    UpstreamRequest,
+    UpstreamResponse,
+    end_to_end,
+)
+
+log = logging.getLogger("reshape.upstream")
+
+# A streamed request body backs up to this many bytes before mitmproxy stops reading the client.
+BODY_HIGH_WATER = 1 << 20
+# At most this much of a response body goes into one event.
+BATCH_BYTES = 256 * 1024
+
+# RFC 9110 §5.1, §5.5: a field name is a token; a value has no control characters but HTAB.
+_FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FIELD_VALUE_FORBIDDEN = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+class _BodyStream:
+    """A streamed request body: filled by the layer, read by the engine as it sends;
+    `taken` is called each time the engine has taken a piece."""
+
+    def __init__(self, taken: Callable[[], None]) -> None:
+        self.taken = taken
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.buffered = 0
+        self.ended = False
+        self.ready = asyncio.Event()
+
+    def put(self, data: bytes) -> None:
+        if data:
+            self.chunks.append(data)
+            self.buffered += len(data)
+            self.ready.set()
+
+    def end(self) -> None:
+        self.ended = True
+        self.ready.set()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while True:
+            while not self.chunks:
+                if self.ended:
+                    return
+                self.ready.clear()
+                await self.ready.wait()
+            chunk = self.chunks.popleft()
+            self.buffered -= len(chunk)
+            self.taken()
+            yield chunk
+
+
+class EngineChannel:
+    """The exchanges of one `EngineServer` connection of one client connection."""
+
+    def __init__(self, engine: Engine, server: EngineServer) -> None:
+        self.engine = engine
+        self.server = server
+        self.handler: Any = None  # mitmproxy's ConnectionHandler, once the connection is open
+        self.closed = asyncio.Event()
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._bodies: dict[int, _BodyStream] = {}
+        self._requests: dict[int, UpstreamRequest] = {}
+        self._drained = asyncio.Event()
+        self._drained.set()
+
+    # ExchangeStarter (called by the layer, inside mitmproxy's event processing: never blocks)
+
+    def start(self, exchange: Exchange) -> None:
+        state = state_of(exchange.flow)
+        route = state.route
+        if route is None or self.closed.is_set():
+            raise AssertionError("an engine exchange without a route, or on a closed channel")
+        body_stream = None
+        if exchange.streamed:
+            body_stream = self._bodies[exchange.stream_id] = _BodyStream(self._check_drained)
+        request = self._requests[exchange.stream_id] = upstream_request(exchange, body_stream)
+        task = asyncio.get_running_loop().create_task(
+            self._run(exchange, state, route, request),
+            name=f"engine exchange {exchange.stream_id}",
+        )
+        self._tasks[exchange.stream_id] = task
+        task.add_done_callback(lambda _: self._forget(exchange.stream_id, task))
+
+    def body_data(self, exchange: Exchange, data: bytes) -> None:
+        body = self._bodies.get(exchange.stream_id)
+        if body is not None:
+            body.put(data)
+            if body.buffered > BODY_HIGH_WATER:
+                self._drained.clear()
+
+    def body_end(self, exchange: Exchange) -> None:
+        body = self._bodies.get(exchange.stream_id)
+        request = self._requests.get(exchange.stream_id)
+        if body is None or request is None:
+            return
+        if exchange.trailers:
+            request.trailers.extend(exchange.trailers.fields)  # read once the body has ended
+        body.end()
+
+    def cancel(self, exchange: Exchange, reason: str) -> None:
+        task = self._tasks.get(exchange.stream_id)
+        if task is not None and not task.done():
+            log.debug("exchange %d cancelled: %s", exchange.stream_id, reason)
+            task.cancel()
+
+    # the writer mitmproxy keeps for the connection (ConnectionIO.writer)
+
+    async def drain(self) -> None:
+        """mitmproxy's drain_writers: wait while a streamed request body is backed up."""
+        while not self._drained.is_set():
+            await self._drained.wait()
+
+    def is_closing(self) -> bool:
+        return self.closed.is_set()
+
+    def close(self) -> None:
+        """The connection ends (its client went away, or the proxy stops): stop every exchange;
+        the client's own pools (`share: false`) go too."""
+        self.closed.set()
+        self._drained.set()
+        for task in list(self._tasks.values()):
+            task.cancel()
+        if self.handler is not None:
+            self.engine.release(self.handler.client.id)
+
+    def write(self, data: bytes) -> None:
+        raise AssertionError("nothing is written to an engine connection")
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    # running one exchange
+
+    def _forget(self, stream_id: int, task: asyncio.Task[None]) -> None:
+        if self._tasks.get(stream_id) is task:
+            del self._tasks[stream_id]
+        self._bodies.pop(stream_id, None)
+        self._requests.pop(stream_id, None)
+        self._check_drained()
+
+    def _check_drained(self) -> None:
+        if not self._drained.is_set() and all(
+            body.buffered <= BODY_HIGH_WATER for body in self._bodies.values()
+        ):
+            self._drained.set()
+
+    async def _run(
+        self, exchange: Exchange, state: FlowState, route: Route, request: UpstreamRequest
+    ) -> None:
+        stream_id = exchange.stream_id
+        try:
+            response = await self.engine.exchange(route, request)
+        except QueueRejected as e:
+            await self._answer(stream_id, state, 503, str(e), "rejected", e.retry_after)
+            return
+        except DestinationRefused as e:
+            await self._answer(stream_id, state, 403, str(e), "rejected")
+            return
+        except FirstByteTimeout as e:
+            await self._answer(stream_id, state, 504, str(e), "upstream_error")
+            return
+        except UpstreamError as e:
+            await self._answer(stream_id, state, 502, str(e), "upstream_error")
+            return
+        state.assignment = request.assignment
+        try:
+            await self._relay(exchange, response, route.read_timeout)
+        except UpstreamError as e:
+            response.abort()
+            log.warning("response broken off: %s", e)
+            error = ResponseProtocolError(stream_id, str(e), ErrorCode.GENERIC_SERVER_ERROR)
+            await self._inject(stream_id, [error])
+        except BaseException:
+            response.abort()
+            raise
+
+    async def _relay(
+        self, exchange: Exchange, response: UpstreamResponse, read_timeout: float
+    ) -> None:
+        """The response, as events: the head with whatever body has arrived, then the rest as
+        it comes, each piece once the client has taken the one before."""
+        stream_id = exchange.stream_id
+        method = exchange.request.data.method
+        bodiless = method == b"HEAD" or response.status in (204, 304)
+        batch: list[HttpEvent] = [
+            ResponseHeaders(stream_id, mitmproxy_response(response, method), end_stream=bodiless)
+        ]
+        ended = _take_arrived(response, stream_id, batch)
+        while True:
+            if ended:
+                trailers = trailer_fields(response.trailers)
+                if trailers and not bodiless:
+                    batch.append(ResponseTrailers(stream_id, http.Headers(trailers)))
+                batch.append(ResponseEndOfMessage(stream_id))
+            wanted = await self._inject(stream_id, batch)
+            if ended:
+                return
+            if not wanted:
+                response.abort()  # the client side is gone
+                return
+            await self._client_drained()
+            try:
+                async with asyncio.timeout(read_timeout):
+                    chunk = await response.read()
+            except TimeoutError:
+                raise UpstreamError(
+                    f"origin silent for {read_timeout:g} s in the middle of a response"
+                ) from None
+            if not chunk:
+                batch, ended = [], True
+                continue
+            batch = [ResponseData(stream_id, chunk)]
+            ended = _take_arrived(response, stream_id, batch)
+
+    async def _answer(
+        self,
+        stream_id: int,
+        state: FlowState,
+        status: int,
+        message: str,
+        outcome: str,
+        retry_after: int | None = None,
+    ) -> None:
+        """Answer for the origin: the engine could not get a response (503, 403, 504, 502)."""
+        state.outcome = outcome
+        body = f"reshape: {message}\n".encode()
+        headers = [
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"content-length", str(len(body)).encode()),
+        ]
+        if retry_after is not None:
+            headers.append((b"retry-after", str(retry_after).encode()))
+        response = http.Response(
+            b"HTTP/1.1",
+            status,
+            status_codes.RESPONSES.get(status, "").encode(),
+            http.Headers(headers),
+            None,
+            None,
+            time.time(),
+            None,
+        )
+        await self._inject(
+            stream_id,
+            [
+                ResponseHeaders(stream_id, response, end_stream=False),
+                ResponseData(stream_id, body),
+                ResponseEndOfMessage(stream_id),
+            ],
+        )
+
+    async def _inject(self, stream_id: int, http_events: list[HttpEvent]) -> bool:
+        """Hand events for the stream to the client connection's layers; False if the stream
+        (or the whole connection) is gone and wants nothing more."""
+        if self.closed.is_set() or self.handler is None:
+            return False
+        wanted = False
+
+        def delivered(still_wanted: bool) -> None:
+            nonlocal wanted
+            wanted = still_wanted
+
+        await self.handler.server_event(
+            EngineResponse(self.server, stream_id, http_events, delivered)
+        )
+        return wanted
+
+    async def _client_drained(self) -> None:
+        """Wait until the client's socket has taken what was written to it (mitmproxy writes
+        without waiting; this keeps a slow client from piling up a response in memory)."""
+        io = self.handler.transports.get(self.handler.client) if self.handler else None
+        writer = io.writer if io is not None else None
+        if writer is not None and not writer.is_closing():
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+
+
+def _take_arrived(response: UpstreamResponse, stream_id: int, batch: list[HttpEvent]) -> bool:
+    """Add the body the origin has sent already (up to BATCH_BYTES) to `batch`; True if the
+    response has ended."""
+    taken = 0
+    while taken < BATCH_BYTES:
+        chunk = response.read_nowait()
+        if chunk is None:
+            return False
+        if not chunk:
+            return True
+        batch.append(ResponseData(stream_id, chunk))
+        taken += len(chunk)
+    return False
+
+
+def upstream_request(exchange: Exchange, body_stream: _BodyStream | None) -> UpstreamRequest:
+    """The engine's view of the request mitmproxy parsed (and the addons shaped)."""
+    request = exchange.request
+    data = request.data
+    authority = request.host_header
+    if not authority:
+        default_port = 443 if data.scheme == b"https" else 80
+        authority = (
+            request.host if request.port == default_port else f"{request.host}:{request.port}"
+        )
+    fields = [(name, value) for name, value in data.headers.fields if name.lower() != b"host"]
+    return UpstreamRequest(
+        method=data.method,
+        scheme=data.scheme,
+        authority=authority.encode("idna") if not authority.isascii() else authority.encode(),
+        target=data.path,
+        headers=end_to_end(fields),
+        body=exchange.body or b"",
+        body_stream=body_stream,
+        trailers=list(exchange.trailers.fields) if exchange.trailers else [],
+    )
+
+
+def mitmproxy_response(response: UpstreamResponse, method: bytes) -> http.Response:
+    """The origin's response head as mitmproxy's layers take one from an HTTP/1.1 server.
+
+    Framing is the client side's business: hop-by-hop fields go; a body without a length is
+    marked chunked, which mitmproxy's HTTP/1 server then uses (its HTTP/2 server drops the
+    field). An HTTP/2 origin may send a length and trailers both; when its head announces them
+    (a `Trailer` field) the length goes, so that they can follow the body to HTTP/1.1 clients."""
+    headers = end_to_end(response.headers)
+    announced = any(name.lower() == b"trailer" for name, _ in response.headers)
+    if announced and response.http_version == "HTTP/2":
+        headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]
+    bodiless = method == b"HEAD" or response.status in (204, 304) or response.status < 200
+    if not bodiless and not any(name.lower() == b"content-length" for name, _ in headers):
+        headers.append((b"transfer-encoding", b"chunked"))
+    reason = response.reason or status_codes.RESPONSES.get(response.status, "").encode()
+    return http.Response(
+        b"HTTP/1.1",
+        response.status,
+        reason,
+        http.Headers(headers),
+        None,
+        None,
+        time.time(),
+        None,
+    )
+
+
+def trailer_fields(fields: Iterable[tuple[bytes, bytes]]) -> Headers:
+    """Trailer fields fit to pass on: end-to-end, not framing, and valid (mitmproxy and h11
+    would otherwise fail the connection at the very end of a response already relayed)."""
+    kept = []
+    for name, value in end_to_end(list(fields)):
+        value = value.strip(b" \t")
+        if (
+            name.lower() != b"content-length"
+            and _FIELD_NAME.fullmatch(name)
+            and not _FIELD_VALUE_FORBIDDEN.search(value)
+        ):
+            kept.append((name, value))
+    return kept
+
+
+def channel_factory(engine: Engine) -> Callable[[EngineServer], EngineChannel]:
+    return lambda server: EngineChannel(engine, server)

@@ -1,0 +1,183 @@
+"""The layer that stands where mitmproxy's Http1Client / Http2Client would: requests to the engine.
+
+mitmproxy's `HttpStream` sends each request to a server connection as HTTP events (`SendHttp` of
+RequestHeaders, RequestData, RequestTrailers, RequestEndOfMessage) and waits for the response as
+HTTP events (`ReceiveHttp` of ResponseHeaders, ResponseData, ResponseTrailers,
+ResponseEndOfMessage, or ResponseProtocolError). For a request reshape's engine carries, the
+server connection is an `EngineServer`: no socket, one per destination per `HttpLayer`, and this
+layer is its whole stack. It turns the request events into an `Exchange` for the engine and the
+engine's answer, which arrives as `EngineResponse` events injected by the exchange's driver
+(reshape/mitm/engine_channel.py), back into response events. No bytes are encoded or parsed here:
+the engine speaks HTTP/1.1 or HTTP/2 to the origin, mitmproxy to the client.
+
+Sans-IO like every mitmproxy layer: events in, commands out; what must happen outside the layer
+(starting an exchange, feeding a streamed body, cancelling) goes to the `ExchangeStarter` it was
+given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from mitmproxy import connection, http
+from mitmproxy.proxy import commands, events, layer
+from mitmproxy.proxy.layers.http import RegisterHttpConnection
+from mitmproxy.proxy.layers.http._base import ReceiveHttp
+from mitmproxy.proxy.layers.http._events import (
+    ErrorCode,
+    HttpEvent,
+    RequestData,
+    RequestEndOfMessage,
+    RequestHeaders,
+    RequestProtocolError,
+    RequestTrailers,
+    ResponseEndOfMessage,
+    ResponseProtocolError,
+)
+
+
+class EngineServer(connection.Server):
+    """A server connection carried by reshape's engine: the address says where requests go, but
+    no socket exists; the engine's pooled connections carry them."""
+
+
+@dataclass
+class Exchange:
+    """One request on its way through the engine, as the layer knows it."""
+
+    stream_id: int
+    flow: http.HTTPFlow
+    request: http.Request
+    # The body, once complete (None while it streams: see `streamed`).
+    body: bytes | None = None
+    trailers: http.Headers | None = None
+    # The body goes to the origin as it arrives (mitmproxy decided to stream it).
+    streamed: bool = False
+    ended: bool = False  # the request's end has been seen
+    started: bool = False  # handed to the engine
+
+
+class ExchangeStarter(Protocol):
+    """What the layer needs done outside itself (reshape/mitm/engine_channel.py)."""
+
+    def start(self, exchange: Exchange) -> None:
+        """Hand the exchange to the engine (its body may still be streaming)."""
+
+    def body_data(self, exchange: Exchange, data: bytes) -> None:
+        """More of a streamed request body."""
+
+    def body_end(self, exchange: Exchange) -> None:
+        """The streamed request body has ended (its trailers, if any, are on the exchange)."""
+
+    def cancel(self, exchange: Exchange, reason: str) -> None:
+        """The client side gave up on the exchange."""
+
+
+@dataclass
+class EngineResponse(events.ConnectionEvent):
+    """What the engine has for one stream: HTTP events in order, injected by the driver."""
+
+    stream_id: int = 0
+    http_events: Sequence[HttpEvent] = field(default_factory=list)
+    # Called when the events have been handed to the stream: whether the stream still wants
+    # more (False: it is gone, e.g. its client reset it; the driver stops reading).
+    delivered: Callable[[bool], None] | None = None
+
+    def __repr__(self) -> str:
+        return f"EngineResponse({self.stream_id}, {self.http_events!r})"
+
+
+class EngineClient(layer.Layer):
+    """The only layer of an `EngineServer` connection. `streams` tells which streams of the
+    HttpLayer still exist, so that answers for a stream that is gone are dropped and stop the
+    exchange."""
+
+    def __init__(
+        self,
+        context: layer.Context,
+        starter: ExchangeStarter,
+        flows: Callable[[int], http.HTTPFlow | None],
+    ) -> None:
+        super().__init__(context)
+        self.starter = starter
+        # The flow of a stream of the HttpLayer, or None once the stream is gone.
+        self.flow_of = flows
+        self.exchanges: dict[int, Exchange] = {}
+
+    def _handle_event(self, event: events.Event) -> layer.CommandGenerator[None]:
+        if isinstance(event, events.Start):
+            err = yield commands.OpenConnection(self.context.server)
+            yield RegisterHttpConnection(self.context.server, err)
+        elif isinstance(event, RequestHeaders):
+            flow = self.flow_of(event.stream_id)
+            if flow is None:
+                return
+            # mitmproxy streams a request body it does not hold whole (`request.stream`): it
+            # sends the head first and the body as it arrives. Otherwise head, whole body and
+            # end come together.
+            streamed = not event.end_stream and bool(event.request.stream)
+            exchange = Exchange(event.stream_id, flow, event.request, streamed=streamed)
+            self.exchanges[event.stream_id] = exchange
+            if event.end_stream:
+                exchange.body, exchange.ended = b"", True
+                self._start(exchange)
+            elif streamed:
+                self._start(exchange)
+        elif isinstance(event, RequestData):
+            receiving = self.exchanges.get(event.stream_id)
+            if receiving is None:
+                return
+            if receiving.streamed:
+                self.starter.body_data(receiving, event.data)
+            else:
+                receiving.body = (receiving.body or b"") + event.data
+        elif isinstance(event, RequestTrailers):
+            receiving = self.exchanges.get(event.stream_id)
+            if receiving is not None:
+                receiving.trailers = event.trailers
+        elif isinstance(event, RequestEndOfMessage):
+            receiving = self.exchanges.get(event.stream_id)
+            if receiving is None:
+                return
+            receiving.ended = True
+            if receiving.streamed:
+                self.starter.body_end(receiving)
+            else:
+                receiving.body = receiving.body or b""
+                self._start(receiving)
+        elif isinstance(event, RequestProtocolError):
+            abandoned = self.exchanges.pop(event.stream_id, None)
+            if abandoned is not None:
+                self.starter.cancel(abandoned, event.message)
+        elif isinstance(event, EngineResponse):
+            yield from self._deliver(event)
+        elif isinstance(event, events.ConnectionClosed):
+            # The driver ended (the client connection is going away): nothing more comes.
+            for stream_id in list(self.exchanges):
+                self.starter.cancel(self.exchanges.pop(stream_id), "connection closed")
+                yield ReceiveHttp(
+                    ResponseProtocolError(
+                        stream_id, "reshape's upstream engine stopped", ErrorCode.CONNECT_FAILED
+                    )
+                )
+        else:
+            raise AssertionError(f"unexpected event for the engine connection: {event!r}")
+
+    def _start(self, exchange: Exchange) -> None:
+        if not exchange.started:
+            exchange.started = True
+            self.starter.start(exchange)
+
+    def _deliver(self, event: EngineResponse) -> layer.CommandGenerator[None]:
+        wanted = event.stream_id in self.exchanges and self.flow_of(event.stream_id) is not None
+        if wanted:
+            for http_event in event.http_events:
+                yield ReceiveHttp(http_event)
+                if isinstance(http_event, (ResponseEndOfMessage, ResponseProtocolError)):
+                    self.exchanges.pop(event.stream_id, None)
+        else:
+            self.exchanges.pop(event.stream_id, None)  # the driver stops when told below
+        if event.delivered is not None:
+            event.delivered(wanted and event.stream_id in self.exchanges)
