@@ -56,7 +56,9 @@ from reshape.mitm.patches.engine_join import JoinEngine
 from reshape.mitm.patches.http1_head_guard import GuardHttp1Heads
 from reshape.mitm.patches.http1_trailers import CarryHttp1Trailers
 from reshape.mitm.patches.http2_flood_guard import GuardHttp2Floods
+from reshape.mitm.patches.inline_hooks import InlineHooks
 from reshape.mitm.patches.listen_backlog import ListenBacklog
+from reshape.mitm.patches.message_typecheck import SkipMessageTypecheck
 from reshape.mitm.patches.origin_connect_timeout import OriginConnectTimeout
 from reshape.mitm.patches.origin_first_byte_timeout import OriginFirstByteTimeout
 from reshape.mitm.patches.reuse_port import ListenWithReusePort
@@ -147,8 +149,11 @@ class ProxyProcess:
         self.engine = Engine(prepared.trust_bundle)
         self.master = Master(options.Options(), with_termlog=False)
         self.master.addons.add(*proxy_addons())
-        # First, so an unauthenticated client learns nothing from the addons after it.
-        self.master.addons.add(ProxyAuthentication(prepared.users_path, prepared.users))
+        if prepared.users_path is not None:
+            # First, so an unauthenticated client learns nothing from the addons after it. Only
+            # when on: its hooks wait for password hashes, which no request should pay for
+            # otherwise.
+            self.master.addons.add(ProxyAuthentication(prepared.users_path, prepared.users))
         self.master.addons.add(
             ClientAccess(allow_clients or (EVERY_CLIENT if prepared.users else ())),
             PreferH2ToClients(),
@@ -179,6 +184,8 @@ class ProxyProcess:
         self.patches = Patches(
             [
                 *([ListenWithReusePort()] if reuse_port else []),
+                InlineHooks(),  # hooks in the pass that raised them; one write per pass
+                SkipMessageTypecheck(),
                 ListenBacklog(LISTEN_BACKLOG),  # connection storms (bench/soak)
                 SizeTlsRecords(tls_records.record_sizes),
                 ReportSplitRequests(split_requests.request_split),

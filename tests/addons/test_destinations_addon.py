@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from mitmproxy import http
 from mitmproxy.proxy import server_hooks
 from mitmproxy.test import tflow
 
@@ -44,8 +45,35 @@ class FixedResolver(Resolver):
         super().__init__()
         self.table = table
 
+    def known(self, host: str) -> tuple[str, ...] | None:
+        return self.table.get(host) or super().known(host)
+
+
+def check(hook: Callable[[http.HTTPFlow], None], flow: http.HTTPFlow) -> None:
+    """Run a hook as mitmproxy does: an intercepted flow is waited for."""
+
+    async def run() -> None:
+        hook(flow)
+        await flow.wait_for_resume()
+
+    asyncio.run(run())
+
+
+class SlowResolver(Resolver):
+    """Knows nothing until asked: every name takes the lookup path."""
+
+    def __init__(self, table: dict[str, tuple[str, ...]]) -> None:
+        super().__init__()
+        self.table = table
+        self.asked: list[str] = []
+
+    def known(self, host: str) -> tuple[str, ...] | None:
+        return None
+
     async def addresses(self, host: str) -> tuple[str, ...]:
-        return self.table.get(host) or await super().addresses(host)
+        self.asked.append(host)
+        await asyncio.sleep(0)
+        return self.table[host]
 
 
 def make(policy_text: str = STRICT, table: dict[str, tuple[str, ...]] | None = None):
@@ -77,7 +105,7 @@ def test_refused_requests_get_403_and_are_counted(url: str, reason: str) -> None
     flow.request.url = url
     chooser.requestheaders(flow)
     before = refused(reason)
-    asyncio.run(addon.requestheaders(flow))
+    check(addon.requestheaders, flow)
     assert flow.response is not None and flow.response.status_code == 403
     assert flow.response.headers["content-type"].startswith("text/plain")
     assert flow.response.text.startswith("reshape: destination ")
@@ -89,7 +117,7 @@ def test_allowed_request_passes_and_its_peer_is_checked() -> None:
     flow = tflow.tflow()
     flow.request.url = "http://rebinding.example/"
     chooser.requestheaders(flow)
-    asyncio.run(addon.requestheaders(flow))
+    check(addon.requestheaders, flow)
     assert flow.response is None
 
     # mitmproxy's own lookup then lands on a loopback address: refused after connecting.
@@ -119,7 +147,7 @@ def test_connect_is_checked_under_its_own_policy_choice() -> None:
     flow = tflow.tflow()
     flow.request.method = "CONNECT"
     flow.request.host, flow.request.port = "169.254.169.254", 443
-    asyncio.run(addon.http_connect(flow))
+    check(addon.http_connect, flow)
     assert flow.response is not None and flow.response.status_code == 403
     assert "policy 'strict' denies it" in flow.response.text
 
@@ -177,3 +205,25 @@ def test_loopback_by_name_follows_the_policy(
     assert body.startswith("reshape: destination localhost (")
     assert "is loopback (policy 'strict' denies it)" in body
     assert len(log.read_text().splitlines()) == answered  # the origin saw nothing more
+
+
+@pytest.mark.parametrize(("address", "refusal"), [("93.184.216.34", None), ("127.0.0.9", 403)])
+def test_a_name_to_look_up_holds_the_flow_until_it_is_decided(
+    address: str, refusal: int | None
+) -> None:
+    policy = parse_policy_text(STRICT, Path("p.yaml"))
+    own = own_addresses(ListenAddress("127.0.0.1", 3128), ListenAddress("127.0.0.1", 9464))
+    resolver = SlowResolver({"looked-up.example": (address,)})
+    addon = Destinations(PolicyHolder(None, policy), own, resolver)
+    flow = tflow.tflow()
+    flow.request.url = "http://looked-up.example/"
+    PolicyChooser(policy).requestheaders(flow)
+
+    async def run() -> None:
+        addon.requestheaders(flow)
+        assert flow.intercepted  # mitmproxy holds the flow: the hook completes on resume
+        await flow.wait_for_resume()
+
+    asyncio.run(run())
+    assert resolver.asked == ["looked-up.example"] and not flow.intercepted
+    assert (flow.response.status_code if flow.response else None) == refusal

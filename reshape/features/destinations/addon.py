@@ -82,17 +82,25 @@ class Resolver:
     def __init__(self) -> None:
         self._cache: OrderedDict[str, tuple[float, tuple[str, ...]]] = OrderedDict()
 
-    async def addresses(self, host: str) -> tuple[str, ...]:
-        """The IP addresses `host` resolves to (itself if it is one); () if it does not resolve
-        (mitmproxy's own connection attempt then reports the error)."""
+    def known(self, host: str) -> tuple[str, ...] | None:
+        """The addresses of `host` if known without asking DNS (an address itself, or a recent
+        answer); None otherwise."""
         try:
             return (str(ip_of(host)),)
         except ValueError:
             pass
-        now = time.monotonic()
         cached = self._cache.get(host)
-        if cached is not None and cached[0] > now:
+        if cached is not None and cached[0] > time.monotonic():
             return cached[1]
+        return None
+
+    async def addresses(self, host: str) -> tuple[str, ...]:
+        """The IP addresses `host` resolves to (itself if it is one); () if it does not resolve
+        (the connection attempt then reports the error)."""
+        known = self.known(host)
+        if known is not None:
+            return known
+        now = time.monotonic()
         try:
             infos = await asyncio.get_running_loop().getaddrinfo(
                 host, None, type=socket.SOCK_STREAM
@@ -127,12 +135,13 @@ class Destinations:
         self._allowed: WeakKeyDictionary[connection.Client, dict[tuple[str, int], Selection]] = (
             WeakKeyDictionary()
         )
+        self._lookups: set[asyncio.Task[None]] = set()
 
     def listening_on(self, address: tuple[str, int]) -> None:
         """Add an address the proxy listens on that was not known at start (a port 0 resolved)."""
         self.own = self.own.with_address(ListenAddress(*address))
 
-    async def http_connect(self, flow: http.HTTPFlow) -> None:
+    def http_connect(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None:
             return  # e.g. 407 from proxy authentication
         # A CONNECT has no requestheaders hook, so no policy was chosen for it yet: choose one
@@ -144,17 +153,37 @@ class Destinations:
             destination=request.host,
             headers=request.headers,
         )
-        await self._check(flow, select(self.policy.current, facts))
+        self._check(flow, select(self.policy.current, facts))
 
-    async def requestheaders(self, flow: http.HTTPFlow) -> None:
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None:
             return
-        await self._check(flow, selection_of(flow))
+        self._check(flow, selection_of(flow))
 
-    async def _check(self, flow: http.HTTPFlow, selection: Selection) -> None:
+    def _check(self, flow: http.HTTPFlow, selection: Selection) -> None:
+        """Decide now when the addresses are known; otherwise hold the flow (mitmproxy's
+        intercept) while they are looked up, off the event loop's critical path."""
+        known = self.resolver.known(flow.request.host)
+        if known is not None:
+            self._decide(flow, selection, known)
+            return
+        flow.intercept()
+        task = asyncio.get_running_loop().create_task(self._look_up(flow, selection))
+        self._lookups.add(task)
+        task.add_done_callback(self._lookups.discard)
+
+    async def _look_up(self, flow: http.HTTPFlow, selection: Selection) -> None:
+        try:
+            self._decide(flow, selection, await self.resolver.addresses(flow.request.host))
+        finally:
+            flow.resume()
+
+    def _decide(
+        self, flow: http.HTTPFlow, selection: Selection, addresses: tuple[str, ...]
+    ) -> None:
         host, port = flow.request.host, flow.request.port
         knobs = selection.policy.destinations
-        for ip in await self.resolver.addresses(host):
+        for ip in addresses:
             reason = refusal((ip, port), knobs, self.own)
             if reason is not None:
                 message = refusal_message(reason, ip, port, selection.policy_name, host)
