@@ -42,6 +42,7 @@ from reshape.features.pool.routes import BROWSER_LIKE
 from reshape.features.preconnect.addon import Preconnect
 from reshape.features.proxy_auth.addon import EVERY_CLIENT, ProxyAuthentication
 from reshape.features.proxy_auth.users import Users, users_for_run
+from reshape.features.request_framing.addon import RequestFraming
 from reshape.features.request_log.addon import RequestRecords
 from reshape.features.split_requests.addon import SplitRequests
 from reshape.features.telemetry import metrics
@@ -59,6 +60,7 @@ from reshape.mitm.patches.http2_flood_guard import GuardHttp2Floods
 from reshape.mitm.patches.listen_backlog import ListenBacklog
 from reshape.mitm.patches.origin_connect_timeout import OriginConnectTimeout
 from reshape.mitm.patches.origin_first_byte_timeout import OriginFirstByteTimeout
+from reshape.mitm.patches.request_framing import FrameRequests
 from reshape.mitm.patches.reuse_port import ListenWithReusePort
 from reshape.mitm.patches.split_requests import ReportSplitRequests
 from reshape.mitm.patches.tls_record_sizes import SizeTlsRecords
@@ -149,6 +151,8 @@ class ProxyProcess:
         self.master.addons.add(*proxy_addons())
         # First, so an unauthenticated client learns nothing from the addons after it.
         self.master.addons.add(ProxyAuthentication(prepared.users_path, prepared.users))
+        # After it (it reads Proxy-Authorization): hop-by-hop fields go before anything is sent.
+        self.master.addons.add(RequestFraming())
         self.master.addons.add(
             ClientAccess(allow_clients or (EVERY_CLIENT if prepared.users else ())),
             PreferH2ToClients(),
@@ -188,6 +192,7 @@ class ProxyProcess:
                     max_head_bytes=DEFAULT_MAX_HEAD_BYTES,
                     header_timeout=client_header_timeout,
                 ),
+                FrameRequests(client_errors.report),  # Host, refusals (request_framing)
                 GuardHttp2Floods(client_errors.report),
                 # Requests to the engine, in process; the rest (upgrades) on mitmproxy's own
                 # connections, which get the engine's kind of timeouts too.
