@@ -51,7 +51,11 @@ from reshape.features.tls_records.addon import TlsRecords
 from reshape.features.trailers.addon import Trailers
 from reshape.mitm.addons import proxy_addons
 from reshape.mitm.client_alpn import PreferH2ToClients
-from reshape.mitm.connections import close_client_connection, close_server_connection
+from reshape.mitm.connections import (
+    close_client_connection,
+    close_server_connection,
+    end_client_connections,
+)
 from reshape.mitm.patches import Patches
 from reshape.mitm.patches.engine_join import JoinEngine
 from reshape.mitm.patches.http1_head_guard import GuardHttp1Heads
@@ -76,6 +80,8 @@ log = logging.getLogger("reshape")
 
 # Connections the kernel may queue for the proxy's listener (capped by net.core.somaxconn).
 LISTEN_BACKLOG = 4096
+# After the drain, how long mitmproxy may take to tear down the client connections left.
+CLIENT_TEARDOWN_SECONDS = 2.0
 
 # mitmproxy logs every client connect/disconnect at INFO; reshape logs start-up facts and errors.
 _QUIET_LOGGERS = ("mitmproxy.proxy.server", "mitmproxy.proxy.mode_servers")
@@ -264,6 +270,7 @@ class ProxyProcess:
             log.warning(
                 "drain timed out; abandoning %d requests in flight", self.telemetry.in_flight
             )
+        await end_client_connections(self.proxyserver, CLIENT_TEARDOWN_SECONDS)
         await self.master.done()
         await self.engine.stop()
         await _end_leftover_tasks()
