@@ -57,6 +57,7 @@ from reshape.mitm.connections import (
     end_client_connections,
 )
 from reshape.mitm.patches import Patches
+from reshape.mitm.patches.connection_teardown import FinishConnectionTeardown
 from reshape.mitm.patches.engine_join import JoinEngine
 from reshape.mitm.patches.http1_head_guard import GuardHttp1Heads
 from reshape.mitm.patches.http1_trailers import CarryHttp1Trailers
@@ -200,6 +201,7 @@ class ProxyProcess:
                 ),
                 FrameRequests(client_errors.report),  # Host, refusals (request_framing)
                 GuardHttp2Floods(client_errors.report),
+                FinishConnectionTeardown(),  # a flood's close used to leave its socket open
                 # Requests to the engine, in process; the rest (upgrades) on mitmproxy's own
                 # connections, which get the engine's kind of timeouts too.
                 JoinEngine(self.engine, PoolRouting(default_knobs(origin_timeouts)).route_for),
