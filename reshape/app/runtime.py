@@ -62,6 +62,7 @@ from reshape.mitm.patches.engine_join import JoinEngine
 from reshape.mitm.patches.http1_head_guard import GuardHttp1Heads
 from reshape.mitm.patches.http1_trailers import CarryHttp1Trailers
 from reshape.mitm.patches.http2_flood_guard import GuardHttp2Floods
+from reshape.mitm.patches.http2_frame_size import DefaultFrameSizeForClients
 from reshape.mitm.patches.listen_backlog import ListenBacklog
 from reshape.mitm.patches.origin_connect_timeout import OriginConnectTimeout
 from reshape.mitm.patches.origin_first_byte_timeout import OriginFirstByteTimeout
@@ -201,6 +202,7 @@ class ProxyProcess:
                 ),
                 FrameRequests(client_errors.report),  # Host, refusals (request_framing)
                 GuardHttp2Floods(client_errors.report),
+                DefaultFrameSizeForClients(),  # h2spec http2/4.2/3
                 FinishConnectionTeardown(),  # a flood's close used to leave its socket open
                 # Requests to the engine, in process; the rest (upgrades) on mitmproxy's own
                 # connections, which get the engine's kind of timeouts too.
