@@ -14,6 +14,7 @@ records each head as it arrived:
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import ssl
 import time
@@ -24,6 +25,8 @@ import h2.connection
 import h2.errors
 import h2.events
 import pytest
+import wsproto.connection
+import wsproto.events
 
 from labkit.pki import OriginPKI
 from tests.conftest import RunningProxy, StartProxy
@@ -213,3 +216,65 @@ def test_malformed_http2_requests_get_400_on_their_stream_only(
     assert resets.get(3) == h2.errors.ErrorCodes.PROTOCOL_ERROR
     assert origin.seen == [("GET", "/echo/good")]
     wait_for_counts(proxy, {"malformed": 1, "smuggling": 1})
+
+
+class WebSocketOrigin(RecordingOrigin):
+    """Answers a WebSocket upgrade with 101 when asked for one (Connection: upgrade and an
+    Upgrade field) and echoes each text message; anything else gets 426."""
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        self.heads.append(head[:-4])
+        if "upgrade" not in tokens(self.values("connection")) or not self.values("upgrade"):
+            writer.write(b"HTTP/1.1 426 Upgrade Required\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+            writer.close()
+            return
+        writer.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+            b"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"
+        )
+        frames = wsproto.connection.Connection(wsproto.connection.ConnectionType.SERVER)
+        while data := await reader.read(65536):
+            frames.receive_data(data)
+            for event in frames.events():
+                if isinstance(event, wsproto.events.TextMessage):
+                    writer.write(frames.send(wsproto.events.TextMessage(event.data)))
+            await writer.drain()
+        writer.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_websocket_upgrade_is_still_relayed(
+    start_reshape: StartProxy, tmp_path: Path, policy: str
+) -> None:
+    """Connection and Upgrade are hop-by-hop, but an upgrade the proxy relays keeps them: the
+    origin is asked for it, and messages go both ways afterwards."""
+    proxy = start(start_reshape, tmp_path, policy)
+    host, port = proxy.listen.split(":")
+    with WebSocketOrigin("127.0.0.74") as origin:
+        target = f"{origin.host}:{origin.port}"
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(
+                f"GET http://{target}/ws HTTP/1.1\r\nHost: {target}\r\n"
+                "Connection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n"
+                "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                "X-Hop: 1\r\n\r\n".encode()
+            )
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += sock.recv(1)
+            assert head.startswith(b"HTTP/1.1 101"), head
+            frames = wsproto.connection.Connection(wsproto.connection.ConnectionType.CLIENT)
+            sock.sendall(frames.send(wsproto.events.TextMessage("ping")))
+            echoed: list[str] = []
+            while not echoed:
+                frames.receive_data(sock.recv(65536))
+                echoed += [
+                    e.data for e in frames.events() if isinstance(e, wsproto.events.TextMessage)
+                ]
+            assert echoed == ["ping"]
+    assert tokens(origin.values("connection")) == {"upgrade"}
+    assert origin.values("upgrade") == ["websocket"]
+    assert origin.values("sec-websocket-key") == ["dGhlIHNhbXBsZSBub25jZQ=="]
