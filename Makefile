@@ -35,7 +35,13 @@ $(VENV)/.test-installed: $(VENV)/.installed requirements-test.lock
 system-deps:
 	bash tests/install-system-deps.sh
 
-test-deps: $(VENV)/.test-installed system-deps
+# h2spec, the HTTP/2 conformance suite tests/hardening/test_h2spec.py runs: built from the Go
+# module proxy, at the versions tests/tools/h2spec/go.mod and go.sum pin.
+$(BIN)/h2spec: tests/tools/h2spec/go.mod tests/tools/h2spec/go.sum | $(VENV)/.installed system-deps
+	cd tests/tools/h2spec && GOBIN=$(abspath $(BIN)) go install github.com/summerwind/h2spec/cmd/h2spec
+	touch $@
+
+test-deps: $(VENV)/.test-installed system-deps $(BIN)/h2spec
 
 test: test-deps lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

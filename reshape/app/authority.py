@@ -2,10 +2,18 @@
 
 The files are mitmproxy's own (`mitmproxy-ca.pem` = key + certificate, `mitmproxy-ca-cert.pem` =
 certificate only), so mitmproxy's tlsconfig addon uses the same CA from the same confdir.
+
+Several processes may start on one confdir at once: the CA is created under a lock (the first
+creates it, the others load it) and its files appear whole, each by one rename, the key file
+(whose presence means "there is a CA") last.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +21,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from mitmproxy.certs import CertStore
 
+from reshape.base.atomic_files import exclusive, write_atomically
 from reshape.base.errors import ReshapeError
 from reshape.base.secret_files import secret_file_problem
 
@@ -50,16 +59,35 @@ def paths(confdir: Path) -> tuple[Path, Path]:
 def init_ca(confdir: Path) -> tuple[CertificateAuthority, bool]:
     """Create the CA in `confdir`, or reuse the one there. Returns (ca, created)."""
     key_path, _ = paths(confdir)
-    existed = key_path.exists()
-    if not existed:
+    created = False
+    if not key_path.exists():
         try:
             confdir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            CertStore.create_store(
-                confdir, BASENAME, KEY_SIZE, organization="reshape", cn="reshape interception CA"
-            )
+            with exclusive(confdir / f".{BASENAME}-ca.lock"):
+                if not key_path.exists():  # not created by another process while we waited
+                    _create_ca(confdir)
+                    created = True
         except OSError as e:
             raise CAError(f"cannot create the CA in {confdir}: {e.strerror or e}") from None
-    return load_ca(confdir), not existed
+    return load_ca(confdir), created
+
+
+def _create_ca(confdir: Path) -> None:
+    """mitmproxy's CA files (key, certificates, PKCS12 and DER forms, DH parameters), written by
+    mitmproxy into a private directory beside them and moved into `confdir` one rename each."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{BASENAME}-ca.", dir=confdir))
+    try:
+        CertStore.create_store(
+            staging, BASENAME, KEY_SIZE, organization="reshape", cn="reshape interception CA"
+        )
+        key_name = paths(staging)[0].name
+        for made in sorted(staging.iterdir(), key=lambda p: p.name == key_name):
+            with made.open("rb") as f:
+                os.fsync(f.fileno())
+            os.replace(made, confdir / made.name)
+    finally:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(staging)
 
 
 def load_ca(confdir: Path) -> CertificateAuthority:
@@ -83,7 +111,10 @@ def load_ca(confdir: Path) -> CertificateAuthority:
     certificate = certificates[0]
     if not cert_path.exists():
         # mitmproxy derives this one from the key file; recreate it if someone removed it.
-        cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+        try:
+            write_atomically(cert_path, certificate.public_bytes(serialization.Encoding.PEM))
+        except OSError as e:
+            raise CAError(f"cannot write {cert_path}: {e.strerror or e}") from None
     return CertificateAuthority(key_path, cert_path, certificate)
 
 

@@ -42,6 +42,7 @@ from reshape.features.pool.routes import BROWSER_LIKE
 from reshape.features.preconnect.addon import Preconnect
 from reshape.features.proxy_auth.addon import EVERY_CLIENT, ProxyAuthentication
 from reshape.features.proxy_auth.users import Users, users_for_run
+from reshape.features.request_framing.addon import RequestFraming
 from reshape.features.request_log.addon import RequestRecords
 from reshape.features.split_requests.addon import SplitRequests
 from reshape.features.telemetry import metrics
@@ -50,17 +51,24 @@ from reshape.features.tls_records.addon import TlsRecords
 from reshape.features.trailers.addon import Trailers
 from reshape.mitm.addons import proxy_addons
 from reshape.mitm.client_alpn import PreferH2ToClients
-from reshape.mitm.connections import close_client_connection, close_server_connection
+from reshape.mitm.connections import (
+    close_client_connection,
+    close_server_connection,
+    end_client_connections,
+)
 from reshape.mitm.patches import Patches
+from reshape.mitm.patches.connection_teardown import FinishConnectionTeardown
 from reshape.mitm.patches.engine_join import JoinEngine
 from reshape.mitm.patches.http1_head_guard import GuardHttp1Heads
 from reshape.mitm.patches.http1_trailers import CarryHttp1Trailers
 from reshape.mitm.patches.http2_flood_guard import GuardHttp2Floods
+from reshape.mitm.patches.http2_frame_size import DefaultFrameSizeForClients
 from reshape.mitm.patches.inline_hooks import InlineHooks
 from reshape.mitm.patches.listen_backlog import ListenBacklog
 from reshape.mitm.patches.message_typecheck import SkipMessageTypecheck
 from reshape.mitm.patches.origin_connect_timeout import OriginConnectTimeout
 from reshape.mitm.patches.origin_first_byte_timeout import OriginFirstByteTimeout
+from reshape.mitm.patches.request_framing import FrameRequests
 from reshape.mitm.patches.reuse_port import ListenWithReusePort
 from reshape.mitm.patches.split_requests import ReportSplitRequests
 from reshape.mitm.patches.tls_record_sizes import SizeTlsRecords
@@ -76,6 +84,8 @@ log = logging.getLogger("reshape")
 
 # Connections the kernel may queue for the proxy's listener (capped by net.core.somaxconn).
 LISTEN_BACKLOG = 4096
+# After the drain, how long mitmproxy may take to tear down the client connections left.
+CLIENT_TEARDOWN_SECONDS = 2.0
 
 # mitmproxy logs every client connect/disconnect at INFO; reshape logs start-up facts and errors.
 _QUIET_LOGGERS = ("mitmproxy.proxy.server", "mitmproxy.proxy.mode_servers")
@@ -154,6 +164,8 @@ class ProxyProcess:
             # when on: its hooks wait for password hashes, which no request should pay for
             # otherwise.
             self.master.addons.add(ProxyAuthentication(prepared.users_path, prepared.users))
+        # After it (it reads Proxy-Authorization): hop-by-hop fields go before anything is sent.
+        self.master.addons.add(RequestFraming())
         self.master.addons.add(
             ClientAccess(allow_clients or (EVERY_CLIENT if prepared.users else ())),
             PreferH2ToClients(),
@@ -195,7 +207,10 @@ class ProxyProcess:
                     max_head_bytes=DEFAULT_MAX_HEAD_BYTES,
                     header_timeout=client_header_timeout,
                 ),
+                FrameRequests(client_errors.report),  # Host, refusals (request_framing)
                 GuardHttp2Floods(client_errors.report),
+                DefaultFrameSizeForClients(),  # h2spec http2/4.2/3
+                FinishConnectionTeardown(),  # a flood's close used to leave its socket open
                 # Requests to the engine, in process; the rest (upgrades) on mitmproxy's own
                 # connections, which get the engine's kind of timeouts too.
                 JoinEngine(self.engine, PoolRouting(default_knobs(origin_timeouts)).route_for),
@@ -266,6 +281,7 @@ class ProxyProcess:
             log.warning(
                 "drain timed out; abandoning %d requests in flight", self.telemetry.in_flight
             )
+        await end_client_connections(self.proxyserver, CLIENT_TEARDOWN_SECONDS)
         await self.master.done()
         await self.engine.stop()
         await _end_leftover_tasks()

@@ -6,10 +6,19 @@ not after, and no hook or command closes a client connection on an addon's sched
 through the proxyserver addon's `connections` (keyed by client id). Closing the asyncio writer
 ends the connection as a peer that hung up would: mitmproxy skips every later write to it
 (`SendData` checks `is_closing()`), reads EOF and runs its usual teardown.
+
+At shutdown every client connection is ended the way mitmproxy ends a server connection whose
+client left: its reading task is cancelled, and mitmproxy's `ConnectionHandler.handle_client`
+runs its teardown and returns. Cancelling the connection's outer task instead (what a blanket
+"cancel every task" does) makes Python 3.12.1's `asyncio.start_server` callback call
+`task.exception()` on a cancelled task, and the CancelledError it raises is logged as an
+"Unhandled error in task" with a traceback, once per connection.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 from mitmproxy import connection, ctx
@@ -41,3 +50,17 @@ def _writer_of(client: connection.Client, conn: connection.Connection) -> Any:
     handler = proxyserver.connections.get(client.id) if proxyserver else None
     io = handler.transports.get(conn) if handler else None
     return io.writer if io is not None else None
+
+
+async def end_client_connections(proxyserver: Any, timeout: float) -> int:
+    """End every client connection of `proxyserver` (mitmproxy's Proxyserver addon) and wait,
+    at most `timeout` seconds, until mitmproxy has finished with each; returns how many were
+    still open then."""
+    for handler in list(proxyserver.connections.values()):
+        io = handler.transports.get(handler.client)
+        if io is not None and io.handler is not None:
+            io.handler.cancel("reshape is shutting down")
+    deadline = time.monotonic() + timeout
+    while proxyserver.connections and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    return len(proxyserver.connections)

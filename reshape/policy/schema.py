@@ -224,7 +224,8 @@ class DestinationKnobs:
 
     private: Literal["allow", "deny"] = knob(
         "allow",
-        doc="Private networks (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7).",
+        doc="Private and other addresses the special-purpose registries call not globally "
+        "reachable (10/8, 172.16/12, 192.168/16, 100.64/10, 198.18/15, 240/4, fc00::/7, ...).",
     )
     link_local: Literal["allow", "deny"] = knob(
         "deny",
@@ -232,8 +233,8 @@ class DestinationKnobs:
     )
     loopback: Literal["allow", "deny"] = knob(
         "allow",
-        doc="Loopback addresses (127/8, ::1). The proxy's own listen and admin addresses are "
-        "refused whatever this says.",
+        doc="Loopback addresses (127/8, ::1, 0/8, ::). The proxy's own listen and admin "
+        "addresses are refused whatever this says.",
     )
 
 

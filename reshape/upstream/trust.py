@@ -8,6 +8,7 @@ import certifi
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
+from reshape.base.atomic_files import write_atomically
 from reshape.base.errors import ReshapeError, UsageError
 
 # Debian's and most distributions' merged system store; certifi's bundle where there is none.
@@ -39,14 +40,15 @@ def read_extra_cas(path: Path) -> bytes:
 
 def write_trust_bundle(confdir: Path, extra: Path | None) -> Path:
     """The bundle to verify origins with: the system store, or confdir/upstream-trust.pem
-    (system store + `extra`) when extra CAs are given."""
+    (system store + `extra`) when extra CAs are given. Replaced in one rename: another process
+    starting on the same confdir may be reading it."""
     if extra is None:
         return system_bundle()
     extra_pem = read_extra_cas(extra)
     bundle = confdir / "upstream-trust.pem"
     try:
         system = system_bundle().read_bytes()
-        bundle.write_bytes(system.rstrip(b"\n") + b"\n" + extra_pem)
+        write_atomically(bundle, system.rstrip(b"\n") + b"\n" + extra_pem)
     except OSError as e:
         raise ReshapeError(f"cannot write {bundle}: {e.strerror or e}") from None
     return bundle

@@ -73,6 +73,26 @@ def classify_flow_error(message: str, request_complete: bool) -> str | None:
     return None
 
 
+# Put before the message of every HTTP/2 protocol error a client's connection is closed for
+# (reshape/mitm/patches/http2_flood_guard.py): the flows still open on it end with that message,
+# and are the client's doing, not the origin's.
+CLIENT_CONNECTION_CLOSED = "Client connection closed: "
+# mitmproxy 12.2.3's message for a flow whose HTTP/2 stream the client reset (_http2.py).
+_STREAM_RESET_BY_CLIENT = "stream reset by client"
+
+
+def outcome_by_client(message: str) -> str | None:
+    """The request outcome of a flow ended by the client without a client error of its own:
+    `client_aborted` when the client reset its stream, `client_error` when the client's
+    connection was closed for a flood or protocol error (counted once per connection, in
+    reshape_client_errors_total); None when the message says neither."""
+    if message.startswith(_STREAM_RESET_BY_CLIENT):
+        return "client_aborted"
+    if message.startswith(CLIENT_CONNECTION_CLOSED):
+        return "client_error"
+    return None
+
+
 def bad_header_value(fields: tuple[tuple[bytes, bytes], ...]) -> bytes | None:
     """The name of the first header field whose value holds a control character other than tab
     (NUL, CR, LF, DEL...), or None. mitmproxy 12.2.3 forwards such values as they came; an origin

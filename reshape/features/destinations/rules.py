@@ -12,6 +12,14 @@ resolve to anything, and resolve differently a second later (DNS rebinding). Cal
 resolved addresses before connecting (fast refusal, no connection attempted) and the connected
 peer address after (reshape/features/destinations/addon.py; the upstream engine for pooled
 requests).
+
+The classes come from IANA's special-purpose address registries, which the standard library's
+`ipaddress` carries (`is_link_local`, `is_loopback`, `is_global`): whatever is not globally
+reachable and not link-local or loopback is `private` (10/8, 100.64/10, 198.18/15, the
+documentation ranges, 240/4, fc00::/7, ...). IPv6 forms that embed an IPv4 destination are
+judged by that IPv4 address, since it is where a connection ends up: IPv4-mapped
+(::ffff:0:0/96), IPv4-compatible (::/96), NAT64 (64:ff9b::/96, RFC 6052) and 6to4 (2002::/16,
+RFC 3056). So 64:ff9b::a9fe:a9fe is the metadata service, and 2002:7f00:1:: is loopback.
 """
 
 from __future__ import annotations
@@ -32,11 +40,19 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 # The cloud metadata services' IPv6 address (AWS) lies inside fc00::/7, a private range; it is
 # classed with link-local, whose default is deny.
 _METADATA = (ipaddress.ip_address("fd00:ec2::254"),)
-_LINK_LOCAL = (ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fe80::/10"))
-_PRIVATE = tuple(
-    ipaddress.ip_network(n)
-    for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")
+# "This network" (RFC 791): 0.0.0.0 reaches this machine on Linux, as loopback does; the rest of
+# 0.0.0.0/8 is never a valid destination.
+_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
+# Registry entries that Python 3.12's early patch releases do not carry yet (later ones do):
+# listed so the same address gets the same class on every 3.12.x.
+_NOT_GLOBAL_SINCE_3_12_4 = (
+    ipaddress.ip_network("192.0.0.0/24"),  # IETF protocol assignments (but .9 and .10 below)
+    ipaddress.ip_network("64:ff9b:1::/48"),  # NAT64 local use (RFC 8215): operator-defined
 )
+_GLOBAL_EXCEPTIONS = (ipaddress.ip_address("192.0.0.9"), ipaddress.ip_address("192.0.0.10"))
+# IPv6 prefixes whose low 32 bits are the IPv4 destination.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
 
 _DESCRIPTIONS: dict[Reason, str] = {
     "link_local": "link-local",
@@ -55,15 +71,37 @@ def ip_of(address: str | IPAddress) -> IPAddress:
     return address
 
 
+def embedded_ipv4(ip: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 destination an IPv6 address stands for (mapped, IPv4-compatible, NAT64, 6to4),
+    or None. `::` and `::1` embed nothing: they are this machine's own IPv6 addresses."""
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return None
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip in _NAT64 or (ip in _IPV4_COMPATIBLE and int(ip) > 1):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
 def category(ip: IPAddress) -> Reason | None:
-    """Which guarded kind of address `ip` is (never "own_address"), or None for any other."""
-    ip = ip_of(ip)
-    if ip in _METADATA or any(ip in network for network in _LINK_LOCAL):
+    """Which guarded kind of address `ip` is (never "own_address"), or None for a globally
+    reachable one."""
+    ip = embedded_ipv4(ip) or ip_of(ip)
+    if ip in _METADATA or ip.is_link_local:
         return "link_local"
     # 0.0.0.0 and :: as destinations reach this machine, as loopback does.
-    if ip.is_loopback or ip.is_unspecified:
+    if ip.is_loopback or ip.is_unspecified or ip in _THIS_NETWORK:
         return "loopback"
-    if any(ip in network for network in _PRIVATE):
+    if ip in _GLOBAL_EXCEPTIONS:
+        return None
+    if (
+        not ip.is_global
+        # fec0::/10: deprecated, but routed inside the sites that still use it
+        or (isinstance(ip, ipaddress.IPv6Address) and ip.is_site_local)
+        or any(ip in network for network in _NOT_GLOBAL_SINCE_3_12_4)
+    ):
         return "private"
     return None
 
@@ -145,6 +183,9 @@ def refusal(
 def refusal_message(reason: Reason, ip: str, port: int, policy: str, host: str = "") -> str:
     """One line for the client and the log: what was refused and why."""
     shown = str(ip_of(ip)) if not host or host == str(ip_of(ip)) else f"{host} ({ip_of(ip)})"
+    embedded = embedded_ipv4(ip_of(ip))
+    if embedded is not None:
+        shown += f" (reaching {embedded})"
     if reason == "own_address":
         return f"reshape: destination {shown} port {port} is this proxy's own address"
     return f"reshape: destination {shown} is {_DESCRIPTIONS[reason]} (policy {policy!r} denies it)"

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from reshape.base.atomic_files import write_atomically
 from reshape.base.errors import UsageError
 from reshape.base.secret_files import secret_file_problem
 
@@ -235,17 +236,9 @@ def locked(path: Path) -> Iterator[None]:
 def save_users(path: Path, users: Users) -> None:
     """Write the file whole, 0600, replacing the old one atomically: a reader sees the old or the
     new file, never half of one."""
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(format_users(users))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
+        write_atomically(path, format_users(users).encode(), mode=0o600)
     except OSError as e:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
         raise UsersFileError(f"cannot write users file {path}: {e.strerror or e}") from None
 
 

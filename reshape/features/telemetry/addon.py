@@ -12,7 +12,7 @@ from mitmproxy.proxy import server_hooks
 from mitmproxy.proxy.layers import tls
 
 from reshape.base.flowstate import state_of
-from reshape.features.client_errors.rules import classify_flow_error
+from reshape.features.client_errors.rules import classify_flow_error, outcome_by_client
 from reshape.features.telemetry import metrics
 from reshape.features.telemetry.metrics import labelled
 from reshape.policy.chooser import selection_of
@@ -50,8 +50,12 @@ def error_outcome(flow: http.HTTPFlow) -> str:
     kind in reshape_client_errors_total), `client_aborted` (its client left) or
     `upstream_error`."""
     request_complete = flow.request.timestamp_end is not None
-    if flow.error is not None and classify_flow_error(flow.error.msg, request_complete):
-        return "client_error"
+    if flow.error is not None:
+        if classify_flow_error(flow.error.msg, request_complete):
+            return "client_error"
+        by_client = outcome_by_client(flow.error.msg)  # a reset stream, a flood
+        if by_client is not None:
+            return by_client
     return "client_aborted" if flow.client_conn.timestamp_end is not None else "upstream_error"
 
 

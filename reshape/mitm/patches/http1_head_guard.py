@@ -36,8 +36,10 @@ class GuardHttp1Heads(Patch):
     `max_head_bytes` gets 431 and a close; a head not complete `header_timeout` seconds after the
     connection started or after its first byte arrived gets 408 and a close (a `RequestWakeup`
     timer, mitmproxy's own mechanism for layer timers); a parsed head with a control character
-    in a value gets 400 and a close, before any addon or origin sees it; mitmproxy's own 400 for
-    a head it cannot parse is counted as `malformed`.
+    in a value gets 400 and a close, before any addon or origin sees it — unless mitmproxy
+    answered 400 for the same head already (it does when the character is in the framing
+    fields), so a client gets one answer; mitmproxy's own 400 for a head it cannot parse is
+    counted as `malformed`.
     """
 
     def __init__(self, report: ClientErrorReport, *, max_head_bytes: int, header_timeout: float):
@@ -102,6 +104,9 @@ class GuardHttp1Heads(Patch):
                 if (
                     isinstance(command, ReceiveHttp)
                     and isinstance(command.event, RequestHeaders)
+                    # mitmproxy has answered 400 already (its framing check: a control
+                    # character or an obs-fold in Content-Length or Transfer-Encoding)
+                    and not rejected
                     and (name := bad_header_value(command.event.request.headers.fields))
                 ):
                     commands_.close()

@@ -9,9 +9,14 @@ from typing import Any
 
 import h2.errors
 import h2.events
+import h2.exceptions
 from mitmproxy.proxy.layers.http import _http2
 
-from reshape.features.client_errors.rules import FloodLimits, FloodMeter
+from reshape.features.client_errors.rules import (
+    CLIENT_CONNECTION_CLOSED,
+    FloodLimits,
+    FloodMeter,
+)
 from reshape.mitm.patches.base import Patch, Replacement
 from reshape.mitm.patches.http1_head_guard import ClientErrorReport
 
@@ -30,7 +35,12 @@ class GuardHttp2Floods(Patch):
     every stream a client opens and resets at once (CVE-2023-44487), with no budget, and no hook
     sees frames. In `Http2Server.handle_h2_event`, RST_STREAM, SETTINGS and PING frames from the
     client draw on a `FloodMeter`; over budget, the connection gets GOAWAY ENHANCE_YOUR_CALM and
-    is closed (`protocol_error`, which is also where every protocol error is counted).
+    is closed (`protocol_error`, which is also where every protocol error is counted, and where
+    its message gets the CLIENT_CONNECTION_CLOSED prefix, so the flows it ends count as the
+    client's doing); a protocol error h2 raises closes with the error code h2 gives it
+    (FRAME_SIZE_ERROR...), not always PROTOCOL_ERROR. The close itself relies on
+    reshape/mitm/patches/connection_teardown.py: without it, the socket of a flooding client
+    could stay open with its flows unended.
     """
 
     def __init__(self, report: ClientErrorReport, limits: FloodLimits | None = None) -> None:
@@ -56,6 +66,12 @@ class GuardHttp2Floods(Patch):
                         f"HTTP/2 {kind} flood", h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
                     )
                     return True
+            if isinstance(event, h2.exceptions.ProtocolError):
+                # mitmproxy answers every one with PROTOCOL_ERROR; RFC 9113 names the code
+                # (FRAME_SIZE_ERROR, FLOW_CONTROL_ERROR, ...), which h2 puts on the exception.
+                code = getattr(event, "error_code", None) or h2.errors.ErrorCodes.PROTOCOL_ERROR
+                yield from self.protocol_error(f"HTTP/2 protocol error: {event}", code)
+                return True
             return (yield from original_handle_h2_event(self, event))
 
         def protocol_error(
@@ -65,6 +81,8 @@ class GuardHttp2Floods(Patch):
         ) -> Generator[Any, Any, None]:
             calm = error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
             guard.report("h2_flood" if calm else "h2_protocol")
+            # The flows still open end with this message: marked as the client's doing.
+            message = CLIENT_CONNECTION_CLOSED + message
             return (yield from original_protocol_error(self, message, error_code))
 
         yield _http2.Http2Server, "handle_h2_event", handle_h2_event
