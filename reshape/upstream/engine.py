@@ -180,6 +180,8 @@ class ConnectionRecord:
         # Waiters the pool assigned here whose responses have not ended: on loss, those whose
         # response had not begun (sent or not yet) go back to the pool as unanswered.
         self.assigned: set[int] = set()
+        # The task opening it, until it is open (cancelled if the pool closes it meanwhile).
+        self.connect_task: asyncio.Task[None] | None = None
         # A warm connection: the (policy, arm) that asked for it, and whether a request used it.
         self.warm_for: tuple[str, str] | None = None
         self.warm_used = False
@@ -399,11 +401,16 @@ class Engine:
                     record.warm_for = self._warming
                 self.connections[(pool, action.conn_id)] = record
                 metrics.upstream_connections_active.inc()
-                self._spawn(self._connect(pool, record), f"connect {_describe(pool.key)}")
+                record.connect_task = self._spawn(
+                    self._connect(pool, record), f"connect {_describe(pool.key)}"
+                )
             elif isinstance(action, Close):
                 closing = self.connections.get((pool, action.conn_id))
                 if closing is not None and closing.upstream is not None:
                     closing.upstream.close()
+                elif closing is not None and closing.connect_task is not None:
+                    # Still connecting (a pool closed, a client's own pools released): stop.
+                    closing.connect_task.cancel()
             elif isinstance(action, Retry):
                 pass  # counted where the request learns it went unanswered
             elif isinstance(action, (Assign, Reject, Fail)):
@@ -462,6 +469,10 @@ class Engine:
                     rejected.connect_error = e if isinstance(e, WireError) else WireError(str(e))
             self.run(pool, actions)
             return
+        except asyncio.CancelledError:
+            self.forget_connection(record)  # Wire.open closed what it had opened
+            raise
+        record.connect_task = None
         if wire.alpn == ALPN_H2:
             h2_upstream = H2Upstream(wire, record)
             record.upstream = h2_upstream
@@ -526,10 +537,11 @@ class Engine:
         while len(self._protocols) > REMEMBERED_PROTOCOLS:
             self._protocols.popitem(last=False)
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
+    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(coroutine, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _tick_forever(self) -> None:
         while True:

@@ -87,6 +87,9 @@ class Wire(asyncio.Protocol):
         if tls is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(wire._handshake), timeout)
+            except asyncio.CancelledError:
+                wire.close()
+                raise
             except TimeoutError:
                 wire.close()
                 raise WireError(f"TLS handshake with {host}:{port} timed out") from None

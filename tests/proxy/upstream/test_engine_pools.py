@@ -8,8 +8,9 @@ import dataclasses
 
 import pytest
 
-from reshape.upstream.engine import Route
-from reshape.upstream.types import UpstreamRequest
+from reshape.upstream.engine import Engine, Route
+from reshape.upstream.pool import PoolKey
+from reshape.upstream.types import UpstreamError, UpstreamRequest
 from tests.proxy.upstream.inprocess import (
     HOST,
     DelayingOrigin,
@@ -64,3 +65,41 @@ async def test_a_post_whose_connection_turns_out_closed_before_it_left_goes_agai
         assert await body(await engine.exchange(route, post)) == b"posted"
         assert origin.requests == ["/0/first", "POST /0/posted"]  # sent once
         assert origin.connections == 2
+
+
+@pytest.mark.asyncio
+async def test_a_client_leaving_while_its_own_connection_still_connects_leaves_nothing_open() -> (
+    None
+):
+    """`share: false`: the client's pools go when it does, a connection still in its TLS
+    handshake included (it used to finish connecting and stay open, owned by nobody)."""
+    accepted: list[asyncio.StreamReader] = []
+    closed = asyncio.Event()
+
+    async def never_answers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(reader)
+        await reader.read()  # the ClientHello, then nothing until the engine gives up
+        closed.set()
+        writer.close()
+
+    server = await asyncio.start_server(never_answers, HOST, 0)
+    port = server.sockets[0].getsockname()[1]
+    engine = Engine(None)
+    engine.start()
+    route = dataclasses.replace(
+        Route(PoolKey("https", HOST, port, "origin.test"), limits(), 30.0, 30.0, "p", "-"),
+        owner="client-1",
+    )
+    try:
+        exchange = asyncio.ensure_future(engine.exchange(route, get("/0/x")))
+        while not accepted:
+            await asyncio.sleep(0.01)
+        engine.release("client-1")
+        await asyncio.wait_for(closed.wait(), 3)  # at once, not at the 30 s connect timeout
+        with pytest.raises((asyncio.CancelledError, UpstreamError)):
+            exchange.cancel()
+            await exchange
+        assert engine.connections == {} and engine.pools == {}
+    finally:
+        await engine.stop()
+        server.close()
