@@ -37,6 +37,9 @@ from reshape.features.client_errors.rules import DEFAULT_HEADER_TIMEOUT, DEFAULT
 from reshape.features.client_errors.silent_clients import SilentClients
 from reshape.features.destinations.addon import Destinations, own_addresses
 from reshape.features.destinations.rules import refusal
+from reshape.features.onboarding.addon import Onboarding
+from reshape.features.onboarding.downloads import CaDownloads
+from reshape.features.onboarding.site import OnboardingSite
 from reshape.features.pool.addon import PoolRouting
 from reshape.features.pool.routes import BROWSER_LIKE
 from reshape.features.preconnect.addon import Preconnect
@@ -157,6 +160,8 @@ class ProxyProcess:
         self.master.addons.add(
             ClientAccess(allow_clients or (EVERY_CLIENT if prepared.users else ())),
             PreferH2ToClients(),
+            # Before the addons that check or route destinations: its name resolves nowhere.
+            Onboarding(OnboardingSite(CaDownloads.of(prepared.ca.certificate)), prepared.admin),
             PolicyChooser(self.policy),
             self.telemetry,
         )
