@@ -37,7 +37,7 @@ from reshape.features.client_errors.rules import DEFAULT_HEADER_TIMEOUT, DEFAULT
 from reshape.features.client_errors.silent_clients import SilentClients
 from reshape.features.destinations.addon import Destinations, own_addresses
 from reshape.features.destinations.rules import refusal
-from reshape.features.onboarding.addon import Onboarding
+from reshape.features.onboarding.addon import ONBOARDING_HOST, Onboarding
 from reshape.features.onboarding.downloads import CaDownloads
 from reshape.features.onboarding.site import OnboardingSite
 from reshape.features.pool.addon import PoolRouting
@@ -307,7 +307,12 @@ def log_startup(
     ca = prepared.ca
     log.info("reshape %s (mitmproxy %s)", reshape.__version__, mitmproxy.version.VERSION)
     log.info("proxy listening on %s", listen)
-    log.info("admin endpoint on http://%s (/metrics /healthz /proxy.pac /ca.pem)", admin)
+    log.info("admin endpoint on http://%s (/metrics /healthz /proxy.pac)", admin)
+    log.info(
+        "onboarding page (the CA as PEM, p12, cer): http://%s/, and through the proxy at http://%s/",
+        admin,
+        ONBOARDING_HOST,
+    )
     log.info(
         "CA %s %s, SHA-256 %s",
         "created" if prepared.ca_created else "loaded",

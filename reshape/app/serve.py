@@ -11,13 +11,14 @@ import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import REGISTRY
 
 from reshape.app.admin import AdminContent, AdminServer
 from reshape.app.config import RunConfig
 from reshape.app.runtime import Prepared, ProxyProcess, log_startup, prepare, stop_signals
 from reshape.base.addresses import ListenAddress
 from reshape.base.errors import ReshapeError
+from reshape.features.onboarding.downloads import CaDownloads
 from reshape.policy.reload import PolicyHolder, watch_policy
 
 log = logging.getLogger("reshape")
@@ -43,8 +44,8 @@ def local_admin_content(
 ) -> AdminContent:
     return AdminContent(
         proxy_address=config.listen,
-        ca_pem=prepared.ca.cert_pem(),
-        render_metrics=lambda: (generate_latest(REGISTRY), CONTENT_TYPE_LATEST),
+        ca=CaDownloads.of(prepared.ca.certificate),
+        registry=REGISTRY,
         is_healthy=lambda: process.is_listening,
     )
 

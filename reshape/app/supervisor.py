@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from reshape.app.admin import AdminContent
@@ -36,6 +36,7 @@ from reshape.app.runtime import log_startup, prepare, stop_signals
 from reshape.app.serve import WORKER_POLICY_ENV, WORKER_READY, start_admin, worker_environment
 from reshape.base.addresses import ListenAddress
 from reshape.base.errors import ReshapeError
+from reshape.features.onboarding.downloads import CaDownloads
 from reshape.features.request_log.addon import RequestLogFile
 from reshape.policy.loader import parse_policy_text
 from reshape.policy.reload import PolicyHolder, read_policy_text, watch_policy
@@ -82,9 +83,6 @@ class Supervisor:
         self.quick_deaths: dict[int, int] = {}  # worker index → consecutive early deaths
         self.registry = CollectorRegistry()
         MultiProcessCollector(self.registry, path=metrics_dir)
-
-    def render_metrics(self) -> tuple[bytes, str]:
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
     def healthy(self) -> bool:
         return len(self.workers) == self.config.workers and all(
@@ -198,8 +196,8 @@ async def serve_supervised(config: RunConfig) -> None:
     holder.on_change(lambda old, new: supervisor.save_policy(holder.text or ""))
     content = AdminContent(
         proxy_address=config.listen,
-        ca_pem=prepared.ca.cert_pem(),
-        render_metrics=supervisor.render_metrics,
+        ca=CaDownloads.of(prepared.ca.certificate),
+        registry=supervisor.registry,
         is_healthy=supervisor.healthy,
     )
     admin, admin_address = await start_admin(config, content)
