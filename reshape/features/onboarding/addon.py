@@ -1,11 +1,14 @@
 """The onboarding site through the proxy, at a well-known name (as mitmproxy answers at mitm.it).
 
 `http://reshape.internal/` (and `https://`, once the CA is trusted) is answered by the proxy
-itself: the `request` hook sets `flow.response`, so no origin connection is ever made and the name
-need not resolve anywhere (`.internal` is reserved for private use and never resolves on the
-public internet). A CONNECT to the name is accepted without connecting anywhere (mitmproxy's
-eager strategy would otherwise try the name at CONNECT time and answer 502), and TLS with the
-client starts without waiting for a server that does not exist.
+itself: the `requestheaders` hook sets `flow.response`, so no origin connection is ever made and
+the name need not resolve anywhere (`.internal` is reserved for private use and never resolves on
+the public internet). Answering from the head, before the `request` hook, also spares the addons
+that check destinations (destinations/) a DNS lookup of a name that is not there.
+
+A CONNECT to the name is accepted without connecting anywhere (mitmproxy's eager strategy would
+otherwise try the name at CONNECT time and answer 502), and TLS with the client starts without
+waiting for a server that does not exist.
 
 mitmproxy's own onboarding addon is a Flask app that reads the CA files from confdir and is
 written for mitmproxy's names; this one serves reshape's page (page.py) and downloads made from
@@ -66,7 +69,7 @@ class Onboarding:
         if address is not None and self._is_ours(address[0]):
             data.establish_server_tls_first = False  # there is no server
 
-    def request(self, flow: http.HTTPFlow) -> None:
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None or not self._is_ours(flow.request.pretty_host):
             return
         flow.request.stream = False  # answered here: a body to stream has nowhere to go

@@ -150,18 +150,18 @@ def flow_to(host: str, path: str = "/", method: str = "GET") -> http.HTTPFlow:
 
 def test_the_addon_answers_at_its_name_without_an_origin(site: OnboardingSite) -> None:
     flow = flow_to(ONBOARDING_HOST.upper() + ".", "/?from=test")
-    onboarding(site).request(flow)
+    onboarding(site).requestheaders(flow)
     assert flow.response is not None and flow.response.status_code == 200
     assert b'href="cert/p12"' in flow.response.content
     assert b"127.0.0.1:8080" in flow.response.content  # where this client reached the proxy
     flow = flow_to(ONBOARDING_HOST, "/cert/cer")
-    onboarding(site).request(flow)
+    onboarding(site).requestheaders(flow)
     assert flow.response is not None and flow.response.content == site.downloads.forms["cer"].body
 
 
 def test_head_has_the_gets_length_and_no_body(site: OnboardingSite) -> None:
     flow = flow_to(ONBOARDING_HOST, "/cert/p12", method="HEAD")
-    onboarding(site).request(flow)
+    onboarding(site).requestheaders(flow)
     assert flow.response is not None and flow.response.raw_content == b""
     assert flow.response.headers["Content-Length"] == str(len(site.downloads.forms["p12"].body))
 
@@ -169,17 +169,17 @@ def test_head_has_the_gets_length_and_no_body(site: OnboardingSite) -> None:
 @pytest.mark.parametrize(("method", "path", "status"), [("POST", "/", 405), ("GET", "/nope", 404)])
 def test_errors_at_the_name(site: OnboardingSite, method: str, path: str, status: int) -> None:
     flow = flow_to(ONBOARDING_HOST, path, method)
-    onboarding(site).request(flow)
+    onboarding(site).requestheaders(flow)
     assert flow.response is not None and flow.response.status_code == status
 
 
 def test_other_hosts_and_answered_flows_are_left_alone(site: OnboardingSite) -> None:
     flow = flow_to("example.com")
-    onboarding(site).request(flow)
+    onboarding(site).requestheaders(flow)
     assert flow.response is None
     flow = flow_to(ONBOARDING_HOST)
     flow.response = http.Response.make(407)
-    onboarding(site).request(flow)
+    onboarding(site).requestheaders(flow)
     assert flow.response.status_code == 407  # e.g. proxy authentication came first
 
 
