@@ -13,6 +13,7 @@ from pathlib import Path
 import reshape
 from reshape.app import config as defaults
 from reshape.app.config import RunConfig
+from reshape.app.logs import FORMATS, LEVELS
 from reshape.base.addresses import parse_listen_address, parse_networks
 from reshape.base.errors import ReshapeError, UsageError
 
@@ -115,6 +116,24 @@ def _parser() -> argparse.ArgumentParser:
         "(default %(default)s; pooled: the policy's)",
     )
 
+    run.add_argument(
+        "--log-level",
+        choices=LEVELS,
+        default="info",
+        help="log records from this level up (default %(default)s)",
+    )
+    run.add_argument(
+        "--log-format",
+        choices=FORMATS,
+        default="text",
+        help="text for a terminal, json for one object per line (default %(default)s)",
+    )
+    run.add_argument(
+        "--log-requests",
+        action="store_true",
+        help="log every completed request at info, not only failures",
+    )
+
     ca = commands.add_parser("ca", help="the interception CA")
     ca_commands = ca.add_subparsers(dest="ca_command", required=True, metavar="ACTION")
     _confdir(ca_commands.add_parser("init", help="create the CA, or reuse the one in confdir"))
@@ -211,16 +230,19 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         client_header_timeout=args.client_header_timeout,
         origin_connect_timeout=args.origin_connect_timeout,
         origin_read_timeout=args.origin_read_timeout,
+        log_level=args.log_level,
+        log_format=args.log_format,
+        log_requests=args.log_requests,
     )
 
 
 def _run(args: argparse.Namespace) -> None:
     import uvloop
 
-    from reshape.app.runtime import setup_logging
+    from reshape.app.logs import setup_logging
 
     config = run_config(args)
-    setup_logging()
+    setup_logging(config.log_level, config.log_format)
     if config.workers > 1:
         from reshape.app.supervisor import serve_supervised
 
@@ -234,11 +256,12 @@ def _run(args: argparse.Namespace) -> None:
 def _worker(args: argparse.Namespace) -> None:
     import uvloop
 
-    from reshape.app.runtime import setup_logging
-    from reshape.app.serve import serve_worker
+    from reshape.app.logs import setup_logging
+    from reshape.app.serve import serve_worker, worker_config
 
-    setup_logging()
-    uvloop.run(serve_worker(args.index))
+    config = worker_config()
+    setup_logging(config.log_level, config.log_format)
+    uvloop.run(serve_worker(args.index, config))
 
 
 def _ca(args: argparse.Namespace) -> None:

@@ -80,9 +80,6 @@ log = logging.getLogger("reshape")
 # Connections the kernel may queue for the proxy's listener (capped by net.core.somaxconn).
 LISTEN_BACKLOG = 4096
 
-# mitmproxy logs every client connect/disconnect at INFO; reshape logs start-up facts and errors.
-_QUIET_LOGGERS = ("mitmproxy.proxy.server", "mitmproxy.proxy.mode_servers")
-
 
 @dataclass(frozen=True)
 class Prepared:
@@ -108,14 +105,6 @@ def prepare(config: RunConfig) -> Prepared:
     return Prepared(policy_file, ca, created, trust_bundle, config.users, users, config.admin)
 
 
-def setup_logging(level: int = logging.INFO) -> None:
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
-    )
-    for name in _QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING)
-
-
 def stop_signals() -> asyncio.Event:
     """An event set by SIGTERM or SIGINT (Ctrl-C)."""
     stop = asyncio.Event()
@@ -138,6 +127,7 @@ class ProxyProcess:
         allow_clients: Sequence[Network] = (),
         policy: PolicyHolder | None = None,
         request_log: Path | None = None,
+        log_requests: bool = False,
         client_header_timeout: float = DEFAULT_HEADER_TIMEOUT,
         origin_timeouts: tuple[float, float] = (
             DEFAULT_ORIGIN_CONNECT_TIMEOUT,
@@ -175,7 +165,7 @@ class ProxyProcess:
         self.engine.destination_refusal = lambda peer, knobs: refusal(
             peer, knobs, self.destinations.own
         )
-        self.master.addons.add(RequestRecords(request_log))
+        self.master.addons.add(RequestRecords(request_log, log_requests))
         self.master.addons.add(Preconnect(self.engine, self.policy, confdir, shared=reuse_port))
         tls_records, split_requests = TlsRecords(), SplitRequests()
         self.master.addons.add(tls_records, split_requests)

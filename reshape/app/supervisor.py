@@ -9,6 +9,9 @@ them converge on the file's last valid version; SIGHUP to the supervisor is pass
 worker. The supervisor also keeps its own copy of the last valid version, which a restarted worker
 starts from — the file may be invalid by then, and a worker must not die of it nor run an older
 policy than its siblings.
+
+SIGUSR1 (the request log was rotated) is passed on to every worker, each of which has the file
+open.
 """
 
 from __future__ import annotations
@@ -165,9 +168,12 @@ class Supervisor:
         os.replace(partial, self.policy_snapshot)
 
     def forward_sighup(self) -> None:
+        self.forward(signal.SIGHUP)
+
+    def forward(self, sig: signal.Signals) -> None:
         for worker in self.workers.values():
             with contextlib.suppress(ProcessLookupError):
-                worker.process.send_signal(signal.SIGHUP)
+                worker.process.send_signal(sig)
 
     async def stop_all(self) -> None:
         for worker in self.workers.values():
@@ -202,6 +208,10 @@ async def serve_supervised(config: RunConfig) -> None:
     )
     admin, admin_address = await start_admin(config, content)
     stop = stop_signals()
+    # Reopen the request log (rotated): every worker has its own copy of the file open.
+    asyncio.get_running_loop().add_signal_handler(
+        signal.SIGUSR1, supervisor.forward, signal.SIGUSR1
+    )
     watcher = watch_policy(holder, after_sighup=supervisor.forward_sighup)
     try:
         for index in range(config.workers):
