@@ -88,8 +88,9 @@ def _parser() -> argparse.ArgumentParser:
         const=_DEFAULT_USERS,
         type=Path,
         metavar="FILE",
-        help="require proxy authentication (Basic) by the users in FILE (default: CONFDIR/users; "
-        "manage them with `reshape users`)",
+        help="require proxy authentication (Basic) by the users in FILE: reshape's own "
+        "(`reshape users`) or an htpasswd file of bcrypt entries (`htpasswd -B`); mode 0600 "
+        "(default: CONFDIR/users)",
     )
     run.add_argument(
         "--client-header-timeout",
@@ -325,6 +326,7 @@ def _users(args: argparse.Namespace) -> None:
         print("\n".join(sorted(users_file.load_or_empty(path).hashes)))
         return
     users_file.check_name(args.name)
+    users_file.load_or_empty(path).check_writable()  # before asking for a password
     if args.users_command == "add":
         password_hash = users_file.hash_password(_read_password(args.password_stdin))
     with users_file.locked(path):

@@ -13,6 +13,8 @@ declare -A wanted=(
   [node]=nodejs
   [npm]=npm
   [go]=golang-go
+  [htpasswd]=apache2-utils
+  [logrotate]=logrotate
 )
 
 missing=()

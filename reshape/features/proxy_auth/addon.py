@@ -1,6 +1,6 @@
-"""Basic proxy authentication against reshape's users file (reshape/features/proxy_auth/users.py
-holds the format and
-the hashing; this addon only reads headers and answers).
+"""Basic proxy authentication against a users file: reshape's own scrypt format or an Apache
+htpasswd file of bcrypt entries (reshape/features/proxy_auth/users.py holds the formats and the
+hashing; this addon only reads headers and answers).
 
 A request without valid `Proxy-Authorization: Basic` credentials gets `407` with
 `Proxy-Authenticate: Basic realm="reshape"` — plain HTTP requests and CONNECT alike. Valid
@@ -9,8 +9,8 @@ credentials are removed from the request, so an origin never sees them.
 scrypt is slow on purpose, so a verification runs in a thread, off the event loop, and its success
 is remembered for the client connection: a CONNECT's credentials cover every request in its tunnel
 (the requests inside carry none), and a plain-HTTP connection that sends the same header again is
-not verified again. mitmproxy's own `proxyauth` addon works the same way but reads htpasswd files
-(bcrypt/SHA-1) or a single user on the command line; reshape keeps its own scrypt file.
+not verified again. mitmproxy's own `proxyauth` addon works the same way and reads the same
+htpasswd files (it also takes unsalted SHA-1, which reshape refuses).
 
 The file is read again when it changes (checked at most once a second, on a request), so
 `reshape users add|remove` takes effect without a restart (tunnels already open stay open); a file
