@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -155,12 +156,48 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="compare the arms of an experiment")
     report.add_argument("--experiment", required=True, metavar="NAME")
     source = report.add_mutually_exclusive_group(required=True)
-    source.add_argument("--prometheus", metavar="URL", help="a Prometheus server scraping reshape")
-    source.add_argument("--log", type=Path, metavar="FILE", help="a `run --request-log` file")
-    report.add_argument("--plot", type=Path, metavar="DIR", help="write PNG charts into DIR")
-    report.add_argument(
-        "--since", metavar="DURATION", help="only the last DURATION (30s, 15m, 2h, 1d)"
+    source.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="a Prometheus server scraping reshape (credentials: https://USER:PASSWORD@host)",
     )
+    source.add_argument("--log", type=Path, metavar="FILE", help="a `run --request-log` file")
+    report.add_argument(
+        "--since",
+        metavar="DURATION",
+        help="only the last DURATION, as Prometheus writes it (30s, 15m, 1h30m, 1d, 1w)",
+    )
+    report.add_argument(
+        "--prometheus-token-file",
+        type=Path,
+        metavar="FILE",
+        help="send the bearer token in FILE to Prometheus",
+    )
+    report.add_argument(
+        "--prometheus-header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="send this header to Prometheus (repeatable), e.g. 'X-Scope-OrgID: team'",
+    )
+    report.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="FILE",
+        help="write the report as JSON to FILE (- or none: stdout, instead of the table)",
+    )
+    report.add_argument(
+        "--csv",
+        nargs="?",
+        const="-",
+        metavar="FILE",
+        help="write the report as CSV rows to FILE (- or none: stdout, instead of the table)",
+    )
+    report.add_argument(
+        "--html", type=Path, metavar="FILE", help="write one self-contained page with the charts"
+    )
+    report.add_argument("--plot", type=Path, metavar="DIR", help="write the charts as PNG files")
 
     users = commands.add_parser("users", help="users for proxy authentication (run --users)")
     users_commands = users.add_subparsers(dest="users_command", required=True, metavar="ACTION")
@@ -342,16 +379,69 @@ def _users(args: argparse.Namespace) -> None:
             print(f"removed {args.name} from {path}")
 
 
-def _report(args: argparse.Namespace) -> None:
-    from reshape.report import build_report, text_report, write_plots
+def _prometheus_headers(args: argparse.Namespace) -> tuple[dict[str, str], str | None]:
+    headers = {}
+    for text in args.prometheus_header:
+        name, sep, value = text.partition(":")
+        if not sep or not name.strip() or any(c in text for c in "\r\n"):
+            raise UsageError(f"--prometheus-header: expected 'NAME: VALUE', got {name.strip()!r}…")
+        headers[name.strip()] = value.strip()
+    token = None
+    if args.prometheus_token_file is not None:
+        try:
+            token = args.prometheus_token_file.read_text().strip()
+        except (OSError, UnicodeDecodeError) as e:
+            reason = getattr(e, "strerror", None) or e
+            raise UsageError(f"cannot read --prometheus-token-file: {reason}") from None
+        if not token or any(c.isspace() for c in token):
+            raise UsageError("--prometheus-token-file: expected one token on one line")
+    return headers, token
 
+
+def _write_output(destination: str, text: str) -> None:
+    if destination == "-":
+        sys.stdout.write(text)
+        return
+    try:
+        Path(destination).write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot write {destination}: {e.strerror or e}") from None
+    print(f"wrote {destination}", file=sys.stderr)
+
+
+def _report(args: argparse.Namespace) -> None:
+    from reshape.report import build_report
+
+    to_stdout = [flag for flag in ("json", "csv") if getattr(args, flag) == "-"]
+    if len(to_stdout) > 1:
+        raise UsageError("--json and --csv cannot both go to stdout: give one of them a FILE")
+    if args.prometheus is None and (args.prometheus_header or args.prometheus_token_file):
+        raise UsageError("--prometheus-token-file and --prometheus-header need --prometheus")
+    headers, token = _prometheus_headers(args)
     report = build_report(
-        args.experiment, prometheus=args.prometheus, log=args.log, since=args.since
+        args.experiment,
+        prometheus=args.prometheus,
+        log=args.log,
+        since=args.since,
+        bearer_token=token,
+        headers=headers,
     )
-    print(text_report(report), end="")
+    from reshape.report.charts import write_plots
+    from reshape.report.export import csv_text, report_document
+    from reshape.report.html import html_report
+    from reshape.report.text import text_report
+
+    if not to_stdout:
+        print(text_report(report), end="")
+    if args.json is not None:
+        _write_output(args.json, json.dumps(report_document(report), indent=2) + "\n")
+    if args.csv is not None:
+        _write_output(args.csv, csv_text(report))
+    if args.html is not None:
+        _write_output(str(args.html), html_report(report))
     if args.plot is not None:
         for path in write_plots(report, args.plot):
-            print(f"wrote {path}")
+            print(f"wrote {path}", file=sys.stderr if to_stdout else sys.stdout)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

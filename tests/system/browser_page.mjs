@@ -22,7 +22,7 @@ async function inspect() {
     const page = await context.newPage();
     const response = await page.goto(request.url, { waitUntil: 'load', timeout: request.timeoutMs });
     const result = {
-      status: response.status(),
+      status: response ? response.status() : null,
       title: await page.title(),
       text: await page.innerText('body'),
       links: await page.$$eval('a', (as) =>

@@ -33,7 +33,7 @@ SCRIPT = Path(__file__).with_name("browser_page.mjs")
 
 @dataclass(frozen=True)
 class PageView:
-    status: int
+    status: int | None  # None for a file: URL
     title: str
     text: str
     links: list[dict[str, str]]
