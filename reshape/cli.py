@@ -1,4 +1,10 @@
-"""The `reshape` command line: run, ca init|show, policy check."""
+"""The `reshape` command line: run, health, ca init|show, policy check, users, report.
+
+`reshape run`'s addresses, directories, allow-list and log settings also come from the
+environment (RESHAPE_LISTEN, RESHAPE_ADMIN, RESHAPE_POLICY, RESHAPE_CONFDIR,
+RESHAPE_ALLOW_CLIENTS, RESHAPE_LOG_LEVEL, RESHAPE_LOG_FORMAT) when the flag is not given: a
+container sets them once and its health check (`reshape health`) reads the same RESHAPE_ADMIN.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import reshape
@@ -19,6 +26,13 @@ from reshape.base.addresses import parse_listen_address, parse_networks
 from reshape.base.errors import ReshapeError, UsageError
 
 log = logging.getLogger("reshape")
+
+ENVIRONMENT_PREFIX = "RESHAPE_"
+
+
+def _env(name: str, default: str) -> str:
+    """The default of a flag: RESHAPE_<NAME> from the environment, else `default`."""
+    return os.environ.get(ENVIRONMENT_PREFIX + name, default)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,22 +46,23 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="start the proxy")
     run.add_argument(
         "--listen",
-        default=defaults.DEFAULT_LISTEN,
+        default=_env("LISTEN", defaults.DEFAULT_LISTEN),
         metavar="HOST:PORT",
-        help="proxy address (default %(default)s)",
+        help="proxy address (default %(default)s; env RESHAPE_LISTEN)",
     )
     run.add_argument(
         "--admin",
-        default=defaults.DEFAULT_ADMIN,
+        default=_env("ADMIN", defaults.DEFAULT_ADMIN),
         metavar="HOST:PORT",
-        help="admin endpoint: /metrics /healthz /proxy.pac /ca.pem (default %(default)s)",
+        help="admin endpoint: /metrics /healthz /proxy.pac, the onboarding page "
+        "(default %(default)s; env RESHAPE_ADMIN)",
     )
     run.add_argument(
         "--policy",
         type=Path,
-        default=defaults.DEFAULT_POLICY,
+        default=Path(_env("POLICY", str(defaults.DEFAULT_POLICY))),
         metavar="FILE",
-        help="policy file (default: the one shipped with reshape, %(default)s)",
+        help="policy file (default: the one shipped with reshape, %(default)s; env RESHAPE_POLICY)",
     )
     _confdir(run)
     run.add_argument(
@@ -72,10 +87,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--allow-clients",
-        default="",
+        default=_env("ALLOW_CLIENTS", ""),
         metavar="CIDR[,CIDR...]",
         help="client networks allowed besides loopback; required when --listen or --admin "
-        "is not a loopback address",
+        "is not a loopback address (env RESHAPE_ALLOW_CLIENTS)",
     )
     run.add_argument(
         "--request-log",
@@ -121,20 +136,32 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--log-level",
         choices=LEVELS,
-        default="info",
-        help="log records from this level up (default %(default)s)",
+        default=_env("LOG_LEVEL", "info"),
+        help="log records from this level up (default %(default)s; env RESHAPE_LOG_LEVEL)",
     )
     run.add_argument(
         "--log-format",
         choices=FORMATS,
-        default="text",
-        help="text for a terminal, json for one object per line (default %(default)s)",
+        default=_env("LOG_FORMAT", "text"),
+        help="text for a terminal, json for one object per line (default %(default)s; "
+        "env RESHAPE_LOG_FORMAT)",
     )
     run.add_argument(
         "--log-requests",
         action="store_true",
         help="log every completed request at info, not only failures",
     )
+
+    health = commands.add_parser(
+        "health", help="exit 0 if a running reshape says it is healthy (container health checks)"
+    )
+    health.add_argument(
+        "--admin",
+        default=_env("ADMIN", defaults.DEFAULT_ADMIN),
+        metavar="HOST:PORT",
+        help="its admin endpoint (default %(default)s; env RESHAPE_ADMIN)",
+    )
+    health.add_argument("--timeout", type=float, default=3.0, metavar="S")
 
     ca = commands.add_parser("ca", help="the interception CA")
     ca_commands = ca.add_subparsers(dest="ca_command", required=True, metavar="ACTION")
@@ -143,7 +170,7 @@ def _parser() -> argparse.ArgumentParser:
     _confdir(show)
     show.add_argument(
         "--admin",
-        default=defaults.DEFAULT_ADMIN,
+        default=_env("ADMIN", defaults.DEFAULT_ADMIN),
         metavar="HOST:PORT",
         help="admin address to mention for downloading /ca.pem",
     )
@@ -222,13 +249,18 @@ def _confdir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--confdir",
         type=Path,
-        default=defaults.DEFAULT_CONFDIR,
+        default=Path(_env("CONFDIR", str(defaults.DEFAULT_CONFDIR))),
         metavar="DIR",
-        help="CA and state directory (default %(default)s)",
+        help="CA and state directory (default %(default)s; env RESHAPE_CONFDIR)",
     )
 
 
 def run_config(args: argparse.Namespace) -> RunConfig:
+    # Defaults from the environment bypass argparse's choices.
+    if args.log_level not in LEVELS:
+        raise UsageError(f"--log-level / RESHAPE_LOG_LEVEL: expected one of {', '.join(LEVELS)}")
+    if args.log_format not in FORMATS:
+        raise UsageError(f"--log-format / RESHAPE_LOG_FORMAT: expected one of {', '.join(FORMATS)}")
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")
     for option in ("client_header_timeout", "origin_connect_timeout", "origin_read_timeout"):
@@ -300,6 +332,27 @@ def _worker(args: argparse.Namespace) -> None:
     config = worker_config()
     setup_logging(config.log_level, config.log_format)
     uvloop.run(serve_worker(args.index, config))
+
+
+def _health(args: argparse.Namespace) -> None:
+    import urllib.error
+    import urllib.request
+
+    admin = parse_listen_address(args.admin, option="--admin")
+    if admin.is_wildcard:  # listening everywhere: ask it on loopback
+        admin = replace(admin, host="::1" if ":" in admin.host else "127.0.0.1")
+    url = f"http://{admin}/healthz"
+    try:
+        with urllib.request.urlopen(url, timeout=args.timeout) as response:
+            status = response.status
+    except urllib.error.HTTPError as e:
+        status = e.code
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise ReshapeError(f"unhealthy: cannot reach {url}: {reason}") from None
+    if status != 200:
+        raise ReshapeError(f"unhealthy: {url} answered {status}")
+    print(f"healthy: {url}")
 
 
 def _ca(args: argparse.Namespace) -> None:
@@ -448,6 +501,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handlers = {
         "run": _run,
+        "health": _health,
         "_worker": _worker,
         "ca": _ca,
         "policy": _policy,
