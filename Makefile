@@ -13,9 +13,12 @@ PYTEST_ARGS ?=
 
 .PHONY: run test check lint venv report-deps test-deps system-deps lock clean lab-plt lab-booster
 
+# The proxy in the foreground (Ctrl-C stops it): the README's quick start. Its pid is in
+# CONFDIR/reshape.pid (kill -HUP reloads the policy).
 run: $(VENV)/.installed
 	$(BIN)/reshape ca init --confdir $(CONFDIR)
-	$(BIN)/reshape run --listen $(LISTEN) --admin $(ADMIN) --policy $(POLICY) --confdir $(CONFDIR)
+	$(BIN)/reshape run --listen $(LISTEN) --admin $(ADMIN) --policy $(POLICY) \
+	  --confdir $(CONFDIR) --pid-file $(CONFDIR)/reshape.pid
 
 venv: $(VENV)/.installed
 

@@ -9,12 +9,13 @@ container sets them once and its health check (`reshape health`) reads the same 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -133,6 +134,12 @@ def _parser() -> argparse.ArgumentParser:
         "(default %(default)s; pooled: the policy's)",
     )
 
+    run.add_argument(
+        "--pid-file",
+        type=Path,
+        metavar="FILE",
+        help="write the process id here while running (for kill -HUP, kill -USR1)",
+    )
     run.add_argument(
         "--log-level",
         choices=LEVELS,
@@ -313,14 +320,34 @@ def _run(args: argparse.Namespace) -> None:
 
     config = run_config(args)
     setup_logging(config.log_level, config.log_format)
-    if config.workers > 1:
-        from reshape.app.supervisor import serve_supervised
+    with _pid_file(args.pid_file):
+        if config.workers > 1:
+            from reshape.app.supervisor import serve_supervised
 
-        uvloop.run(serve_supervised(config))
-    else:
-        from reshape.app.serve import serve_single
+            uvloop.run(serve_supervised(config))
+        else:
+            from reshape.app.serve import serve_single
 
-        uvloop.run(serve_single(config))
+            uvloop.run(serve_single(config))
+
+
+@contextlib.contextmanager
+def _pid_file(path: Path | None) -> Iterator[None]:
+    """This process's id in `path` while the block runs (the supervisor's, with --workers)."""
+    if path is None:
+        yield
+        return
+    pid = str(os.getpid())
+    try:
+        path.write_text(pid + "\n")
+    except OSError as e:
+        raise UsageError(f"cannot write --pid-file {path}: {e.strerror or e}") from None
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            if path.read_text().strip() == pid:  # not a later instance's
+                path.unlink()
 
 
 def _worker(args: argparse.Namespace) -> None:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import signal
 import time
 from collections.abc import Sequence
@@ -295,7 +296,12 @@ def log_startup(
     config: RunConfig, prepared: Prepared, listen: ListenAddress, admin: ListenAddress
 ) -> None:
     ca = prepared.ca
-    log.info("reshape %s (mitmproxy %s)", reshape.__version__, mitmproxy.version.VERSION)
+    log.info(
+        "reshape %s (mitmproxy %s), pid %d",
+        reshape.__version__,
+        mitmproxy.version.VERSION,
+        os.getpid(),
+    )
     log.info("proxy listening on %s", listen)
     log.info("admin endpoint on http://%s (/metrics /healthz /proxy.pac)", admin)
     log.info(
