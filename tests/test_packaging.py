@@ -52,3 +52,52 @@ def test_dockerfile_installs_exactly_like_make() -> None:
 def test_ci_runs_make_test_and_keeps_pytest_status() -> None:
     ci = (REPO / ".ci" / "run").read_text()
     assert "make test" in ci and "|| true" not in ci
+
+
+def _third_party_imports(paths: list[Path]) -> dict[str, set[Path]]:
+    """Top-level module → the files that import it, for modules outside the standard library."""
+    import ast
+    import sys
+
+    found: dict[str, set[Path]] = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in ("reshape", "__future__"):
+                    found.setdefault(top, set()).add(path)
+    return found
+
+
+def _declared(requirements: list[str]) -> set[str]:
+    return {re.split(r"[\[=<>]", r, maxsplit=1)[0].lower().replace("_", "-") for r in requirements}
+
+
+def test_every_package_the_code_imports_is_declared() -> None:
+    from importlib.metadata import packages_distributions
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    runtime = _declared(project["dependencies"])
+    report = _declared(project["optional-dependencies"]["report"])
+    distributions = packages_distributions()
+    for module, files in _third_party_imports(sorted((REPO / "reshape").rglob("*.py"))).items():
+        (distribution,) = {d.lower().replace("_", "-") for d in distributions[module]}
+        where = sorted(str(f.relative_to(REPO)) for f in files)
+        if distribution in runtime:
+            continue
+        # The report extra is for `reshape report` alone: a gateway runs without it.
+        assert distribution in report, f"{distribution} ({module}) is not declared: {where}"
+        assert all("reshape/report/" in w for w in where), f"{distribution} outside report: {where}"
+    tests = _declared(project["optional-dependencies"]["test"]) | runtime | report
+    imported = _third_party_imports(sorted((REPO / "tests").rglob("*.py")))
+    for module in imported:
+        if module in ("tests", "labkit", "bench"):
+            continue
+        (distribution,) = {d.lower().replace("_", "-") for d in distributions[module]}
+        assert distribution in tests, f"tests import {module} ({distribution}), not declared"
