@@ -106,7 +106,8 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="FILE",
         help="require proxy authentication (Basic) by the users in FILE: reshape's own "
-        "(`reshape users`) or an htpasswd file of bcrypt entries (`htpasswd -B`); mode 0600 "
+        "(`reshape users`), an htpasswd file of bcrypt entries (`htpasswd -B`) or an LDAP "
+        "directory (mitmproxy's proxyauth syntax); mode 0600 "
         "(default: CONFDIR/users)",
     )
     run.add_argument(
@@ -440,7 +441,10 @@ def _users(args: argparse.Namespace) -> None:
 
     path = _users_path(args)
     if args.users_command == "list":
-        print("\n".join(sorted(users_file.load_or_empty(path).hashes)))
+        users = users_file.load_or_empty(path)
+        if users.directory is not None:
+            raise UsageError(f"{path} names {users.describe()}: list its users there")
+        print("\n".join(sorted(users.hashes)))
         return
     users_file.check_name(args.name)
     users_file.load_or_empty(path).check_writable()  # before asking for a password

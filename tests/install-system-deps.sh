@@ -15,6 +15,7 @@ declare -A wanted=(
   [go]=golang-go
   [htpasswd]=apache2-utils
   [logrotate]=logrotate
+  [slapd]=slapd
 )
 
 missing=()

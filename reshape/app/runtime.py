@@ -325,7 +325,7 @@ def log_startup(
     )
     log.info("origins verified against %s", prepared.trust_bundle)
     if prepared.users is not None:
-        users, path = len(prepared.users.hashes), prepared.users_path
-        log.info("proxy authentication (Basic): %d users in %s", users, path)
+        users, path = prepared.users.describe(), prepared.users_path
+        log.info("proxy authentication (Basic): %s, from %s", users, path)
     if config.workers > 1:
         log.info("%d worker processes share the listen port (SO_REUSEPORT)", config.workers)

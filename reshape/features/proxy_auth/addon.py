@@ -1,6 +1,7 @@
-"""Basic proxy authentication against a users file: reshape's own scrypt format or an Apache
-htpasswd file of bcrypt entries (reshape/features/proxy_auth/users.py holds the formats and the
-hashing; this addon only reads headers and answers).
+"""Basic proxy authentication against a users file: reshape's own scrypt format, an Apache
+htpasswd file of bcrypt entries, or an LDAP directory the file names (reshape/features/proxy_auth/
+users.py and ldap.py hold the formats and the verification; this addon only reads headers and
+answers).
 
 A request without valid `Proxy-Authorization: Basic` credentials gets `407` with
 `Proxy-Authenticate: Basic realm="reshape"` — plain HTTP requests and CONNECT alike. Valid
@@ -153,13 +154,17 @@ class ProxyAuthentication:
             return self.users
         self._stamp = stamp
         try:
-            self.users = load_users(self.path)
+            users = load_users(self.path)
         except UsersFileError as e:
             log.error("users file not reloaded, the users read before stay in force: %s", e)
             return self.users
+        previous, self.users = self.users, users
+        if previous.directory is not None:
+            # Its connection is closed in a thread: a verification may still hold it.
+            asyncio.get_running_loop().run_in_executor(None, previous.directory.close)
         # Remembered verifications may be of removed users or changed passwords.
         self._verified.clear()
-        log.info("users file %s reloaded: %d users", self.path, len(self.users.hashes))
+        log.info("users file %s reloaded: %s", self.path, self.users.describe())
         return self.users
 
 

@@ -36,9 +36,11 @@ from pathlib import Path
 from typing import Literal
 
 import bcrypt
+from ldap3.core.exceptions import LDAPException
 
 from reshape.base.errors import UsageError
 from reshape.base.secret_files import secret_file_problem
+from reshape.features.proxy_auth.ldap import LdapDirectory, LdapSpec, LdapSpecError, is_ldap_spec
 
 USERS_BASENAME = "users"
 ALGORITHM = "scrypt"
@@ -64,7 +66,7 @@ HTPASSWD_NAME_BYTES = 255
 # Apache's other htpasswd hashes, by prefix: refused, each with what it is.
 WEAK_HTPASSWD = {"$apr1$": "an MD5 ($apr1$)", "{SHA}": "an unsalted SHA-1 ({SHA})"}
 
-Format = Literal["reshape", "htpasswd"]
+Format = Literal["reshape", "htpasswd", "ldap"]
 EXPECTED = (
     "expected NAME:scrypt:N:R:P:SALT:HASH (reshape users add) or NAME:$2y$COST$… (htpasswd -B)"
 )
@@ -146,13 +148,21 @@ def check_password(password: str) -> None:
 
 @dataclass(frozen=True)
 class Users:
-    """The users of one file, by name, and the file's format."""
+    """The users of one file, by name, and the file's format; or the LDAP directory it names."""
 
     hashes: Mapping[str, Credential]
     format: Format = "reshape"
+    directory: LdapDirectory | None = None
+
+    def describe(self) -> str:
+        if self.directory is not None:
+            return f"the LDAP directory {self.directory.spec}"
+        return f"{len(self.hashes)} users"
 
     def verify(self, name: str, password: str) -> bool:
         """Whether `name` is a user with `password`. Unknown names cost as much as known ones."""
+        if self.directory is not None:
+            return self.directory.verify(name, password)
         known = self.hashes.get(name)
         if known is None:
             self._dummy().verify(password)
@@ -186,6 +196,8 @@ class Users:
             raise UsersFileError(
                 "this is an htpasswd file: manage it with htpasswd(1), e.g. htpasswd -B FILE NAME"
             )
+        if self.directory is not None:
+            raise UsersFileError(f"this file names {self.describe()}: its users are managed there")
 
 
 def parse_users(text: str, source: str) -> Users:
@@ -196,6 +208,8 @@ def parse_users(text: str, source: str) -> Users:
         line = raw.strip()
         if line and not line.startswith("#"):
             entries.append((f"{source} line {number}", line))
+    if entries and is_ldap_spec(entries[0][1]):
+        return _ldap_users(entries)
     file_format: Format = "reshape"
     if entries and not entries[0][1].partition(":")[2].startswith(ALGORITHM + ":"):
         file_format = "htpasswd"
@@ -218,6 +232,18 @@ def parse_users(text: str, source: str) -> Users:
             raise UsersFileError(f"{where}: user {name!r} appears twice")
         hashes[name] = credential
     return Users(hashes, file_format)
+
+
+def _ldap_users(entries: list[tuple[str, str]]) -> Users:
+    """The users of the LDAP directory the file's one entry names (ldap.py)."""
+    (where, line), *others = entries
+    if others:
+        raise UsersFileError(f"{others[0][0]}: an LDAP users file has one entry, the directory")
+    try:
+        spec = LdapSpec.parse(line)
+    except LdapSpecError as e:
+        raise UsersFileError(f"{where}: {e}") from None
+    return Users({}, "ldap", LdapDirectory(spec))
 
 
 def _parse_bcrypt(name: str, text: str, where: str) -> BcryptHash:
@@ -367,6 +393,14 @@ def users_for_run(path: Path) -> Users:
     """The users `reshape run --users` authenticates against: the file checked, and not empty
     (authentication with no users would refuse everyone)."""
     users = load_users(path)
+    if users.directory is not None:
+        try:
+            users.directory.check()
+        except LDAPException as e:
+            raise UsersFileError(
+                f"users file {path}: cannot bind to {users.describe()}: {e}"
+            ) from None
+        return users
     if not users.hashes:
         raise UsersFileError(
             f"users file {path} has no users: nobody could use the proxy "

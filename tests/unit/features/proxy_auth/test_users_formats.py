@@ -1,4 +1,4 @@
-"""The users file's other formats: htpasswd (bcrypt) files, told apart by content."""
+"""The users file's other formats, told apart by content: htpasswd (bcrypt), LDAP."""
 
 from __future__ import annotations
 
@@ -91,3 +91,31 @@ def test_an_htpasswd_file_is_not_written_by_reshape() -> None:
     ):
         with pytest.raises(UsersFileError, match=r"htpasswd file: manage it with htpasswd\(1\)"):
             change()
+
+
+def test_an_ldap_users_file_names_its_directory_without_connecting() -> None:
+    spec = "ldaps:ldap.corp.test:636:cn=proxy,dc=corp,dc=test:p4ss:ou=people,dc=corp,dc=test"
+    users = parse_users(f"# the directory\n{spec}?search_filter_key=uid\n", "f")
+    assert users.format == "ldap" and users.hashes == {} and users.directory is not None
+    assert users.directory.spec.filter_key == "uid" and users.directory.spec.port == 636
+    described = users.describe()
+    assert described == "the LDAP directory ldaps://ldap.corp.test:636 (ou=people,dc=corp,dc=test)"
+    assert "p4ss" not in described
+    assert users.directory.spec.search_filter("a*)(uid=*") == r"(uid=a\2a\29\28uid=\2a)"
+    assert not users.verify("", "x") and not users.verify("bob", "")  # never an anonymous bind
+    with pytest.raises(UsersFileError, match="its users are managed there"):
+        users.without_user("bob")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("ldap:host:onlythree\n", "f line 1: expected ldap[s]:HOST[:PORT]:BIND_DN"),
+        ("ldapx:h:cn=a:pw:dc=b\n", "expected NAME:scrypt"),  # not LDAP: an htpasswd line
+        ("ldap:h:cn=a:pw:dc=b\nldap:h2:cn=a:pw:dc=b\n", "f line 2: an LDAP users file has one"),
+    ],
+)
+def test_bad_ldap_users_files(text: str, message: str) -> None:
+    with pytest.raises(UsersFileError) as caught:
+        parse_users(text, "f")
+    assert message in str(caught.value)
