@@ -11,11 +11,14 @@ POLICY ?= reshape/policy/default.yaml
 CONFDIR ?= $(HOME)/.reshape
 PYTEST_ARGS ?=
 
-.PHONY: run test check lint venv test-deps system-deps lock clean lab-plt lab-booster
+.PHONY: run test check lint venv report-deps test-deps system-deps lock clean lab-plt lab-booster
 
+# The proxy in the foreground (Ctrl-C stops it): the README's quick start. Its pid is in
+# CONFDIR/reshape.pid (kill -HUP reloads the policy).
 run: $(VENV)/.installed
 	$(BIN)/reshape ca init --confdir $(CONFDIR)
-	$(BIN)/reshape run --listen $(LISTEN) --admin $(ADMIN) --policy $(POLICY) --confdir $(CONFDIR)
+	$(BIN)/reshape run --listen $(LISTEN) --admin $(ADMIN) --policy $(POLICY) \
+	  --confdir $(CONFDIR) --pid-file $(CONFDIR)/reshape.pid
 
 venv: $(VENV)/.installed
 
@@ -27,6 +30,11 @@ $(VENV)/.installed: requirements.lock pyproject.toml .python-version
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -r requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $@
+
+# `reshape report`'s extra (scipy, statsmodels, matplotlib), at the versions the locks pin.
+report-deps: $(VENV)/.installed
+	$(BIN)/pip install --quiet --disable-pip-version-check \
+	  -c requirements.lock -c requirements-test.lock -e '.[report]'
 
 $(VENV)/.test-installed: $(VENV)/.installed requirements-test.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -r requirements-test.lock

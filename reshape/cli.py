@@ -1,22 +1,39 @@
-"""The `reshape` command line: run, ca init|show, policy check."""
+"""The `reshape` command line: run, health, ca init|show, policy check, users, report.
+
+`reshape run`'s addresses, directories, allow-list and log settings also come from the
+environment (RESHAPE_LISTEN, RESHAPE_ADMIN, RESHAPE_POLICY, RESHAPE_CONFDIR,
+RESHAPE_ALLOW_CLIENTS, RESHAPE_LOG_LEVEL, RESHAPE_LOG_FORMAT) when the flag is not given: a
+container sets them once and its health check (`reshape health`) reads the same RESHAPE_ADMIN.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import logging
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import reshape
 from reshape.app import config as defaults
 from reshape.app.config import RunConfig
+from reshape.app.logs import FORMATS, LEVELS
 from reshape.base.addresses import parse_listen_address, parse_networks
 from reshape.base.errors import ReshapeError, UsageError
 
 log = logging.getLogger("reshape")
+
+ENVIRONMENT_PREFIX = "RESHAPE_"
+
+
+def _env(name: str, default: str) -> str:
+    """The default of a flag: RESHAPE_<NAME> from the environment, else `default`."""
+    return os.environ.get(ENVIRONMENT_PREFIX + name, default)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,22 +47,23 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="start the proxy")
     run.add_argument(
         "--listen",
-        default=defaults.DEFAULT_LISTEN,
+        default=_env("LISTEN", defaults.DEFAULT_LISTEN),
         metavar="HOST:PORT",
-        help="proxy address (default %(default)s)",
+        help="proxy address (default %(default)s; env RESHAPE_LISTEN)",
     )
     run.add_argument(
         "--admin",
-        default=defaults.DEFAULT_ADMIN,
+        default=_env("ADMIN", defaults.DEFAULT_ADMIN),
         metavar="HOST:PORT",
-        help="admin endpoint: /metrics /healthz /proxy.pac /ca.pem (default %(default)s)",
+        help="admin endpoint: /metrics /healthz /proxy.pac, the onboarding page "
+        "(default %(default)s; env RESHAPE_ADMIN)",
     )
     run.add_argument(
         "--policy",
         type=Path,
-        default=defaults.DEFAULT_POLICY,
+        default=Path(_env("POLICY", str(defaults.DEFAULT_POLICY))),
         metavar="FILE",
-        help="policy file (default: the one shipped with reshape, %(default)s)",
+        help="policy file (default: the one shipped with reshape, %(default)s; env RESHAPE_POLICY)",
     )
     _confdir(run)
     run.add_argument(
@@ -70,10 +88,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--allow-clients",
-        default="",
+        default=_env("ALLOW_CLIENTS", ""),
         metavar="CIDR[,CIDR...]",
         help="client networks allowed besides loopback; required when --listen or --admin "
-        "is not a loopback address",
+        "is not a loopback address (env RESHAPE_ALLOW_CLIENTS)",
     )
     run.add_argument(
         "--request-log",
@@ -87,8 +105,10 @@ def _parser() -> argparse.ArgumentParser:
         const=_DEFAULT_USERS,
         type=Path,
         metavar="FILE",
-        help="require proxy authentication (Basic) by the users in FILE (default: CONFDIR/users; "
-        "manage them with `reshape users`)",
+        help="require proxy authentication (Basic) by the users in FILE: reshape's own "
+        "(`reshape users`), an htpasswd file of bcrypt entries (`htpasswd -B`) or an LDAP "
+        "directory (mitmproxy's proxyauth syntax); mode 0600 "
+        "(default: CONFDIR/users)",
     )
     run.add_argument(
         "--client-header-timeout",
@@ -115,6 +135,42 @@ def _parser() -> argparse.ArgumentParser:
         "(default %(default)s; pooled: the policy's)",
     )
 
+    run.add_argument(
+        "--pid-file",
+        type=Path,
+        metavar="FILE",
+        help="write the process id here while running (for kill -HUP, kill -USR1)",
+    )
+    run.add_argument(
+        "--log-level",
+        choices=LEVELS,
+        default=_env("LOG_LEVEL", "info"),
+        help="log records from this level up (default %(default)s; env RESHAPE_LOG_LEVEL)",
+    )
+    run.add_argument(
+        "--log-format",
+        choices=FORMATS,
+        default=_env("LOG_FORMAT", "text"),
+        help="text for a terminal, json for one object per line (default %(default)s; "
+        "env RESHAPE_LOG_FORMAT)",
+    )
+    run.add_argument(
+        "--log-requests",
+        action="store_true",
+        help="log every completed request at info, not only failures",
+    )
+
+    health = commands.add_parser(
+        "health", help="exit 0 if a running reshape says it is healthy (container health checks)"
+    )
+    health.add_argument(
+        "--admin",
+        default=_env("ADMIN", defaults.DEFAULT_ADMIN),
+        metavar="HOST:PORT",
+        help="its admin endpoint (default %(default)s; env RESHAPE_ADMIN)",
+    )
+    health.add_argument("--timeout", type=float, default=3.0, metavar="S")
+
     ca = commands.add_parser("ca", help="the interception CA")
     ca_commands = ca.add_subparsers(dest="ca_command", required=True, metavar="ACTION")
     _confdir(ca_commands.add_parser("init", help="create the CA, or reuse the one in confdir"))
@@ -122,7 +178,7 @@ def _parser() -> argparse.ArgumentParser:
     _confdir(show)
     show.add_argument(
         "--admin",
-        default=defaults.DEFAULT_ADMIN,
+        default=_env("ADMIN", defaults.DEFAULT_ADMIN),
         metavar="HOST:PORT",
         help="admin address to mention for downloading /ca.pem",
     )
@@ -135,12 +191,48 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="compare the arms of an experiment")
     report.add_argument("--experiment", required=True, metavar="NAME")
     source = report.add_mutually_exclusive_group(required=True)
-    source.add_argument("--prometheus", metavar="URL", help="a Prometheus server scraping reshape")
-    source.add_argument("--log", type=Path, metavar="FILE", help="a `run --request-log` file")
-    report.add_argument("--plot", type=Path, metavar="DIR", help="write PNG charts into DIR")
-    report.add_argument(
-        "--since", metavar="DURATION", help="only the last DURATION (30s, 15m, 2h, 1d)"
+    source.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="a Prometheus server scraping reshape (credentials: https://USER:PASSWORD@host)",
     )
+    source.add_argument("--log", type=Path, metavar="FILE", help="a `run --request-log` file")
+    report.add_argument(
+        "--since",
+        metavar="DURATION",
+        help="only the last DURATION, as Prometheus writes it (30s, 15m, 1h30m, 1d, 1w)",
+    )
+    report.add_argument(
+        "--prometheus-token-file",
+        type=Path,
+        metavar="FILE",
+        help="send the bearer token in FILE to Prometheus",
+    )
+    report.add_argument(
+        "--prometheus-header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="send this header to Prometheus (repeatable), e.g. 'X-Scope-OrgID: team'",
+    )
+    report.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="FILE",
+        help="write the report as JSON to FILE (- or none: stdout, instead of the table)",
+    )
+    report.add_argument(
+        "--csv",
+        nargs="?",
+        const="-",
+        metavar="FILE",
+        help="write the report as CSV rows to FILE (- or none: stdout, instead of the table)",
+    )
+    report.add_argument(
+        "--html", type=Path, metavar="FILE", help="write one self-contained page with the charts"
+    )
+    report.add_argument("--plot", type=Path, metavar="DIR", help="write the charts as PNG files")
 
     users = commands.add_parser("users", help="users for proxy authentication (run --users)")
     users_commands = users.add_subparsers(dest="users_command", required=True, metavar="ACTION")
@@ -165,13 +257,18 @@ def _confdir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--confdir",
         type=Path,
-        default=defaults.DEFAULT_CONFDIR,
+        default=Path(_env("CONFDIR", str(defaults.DEFAULT_CONFDIR))),
         metavar="DIR",
-        help="CA and state directory (default %(default)s)",
+        help="CA and state directory (default %(default)s; env RESHAPE_CONFDIR)",
     )
 
 
 def run_config(args: argparse.Namespace) -> RunConfig:
+    # Defaults from the environment bypass argparse's choices.
+    if args.log_level not in LEVELS:
+        raise UsageError(f"--log-level / RESHAPE_LOG_LEVEL: expected one of {', '.join(LEVELS)}")
+    if args.log_format not in FORMATS:
+        raise UsageError(f"--log-format / RESHAPE_LOG_FORMAT: expected one of {', '.join(FORMATS)}")
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")
     for option in ("client_header_timeout", "origin_connect_timeout", "origin_read_timeout"):
@@ -211,34 +308,79 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         client_header_timeout=args.client_header_timeout,
         origin_connect_timeout=args.origin_connect_timeout,
         origin_read_timeout=args.origin_read_timeout,
+        log_level=args.log_level,
+        log_format=args.log_format,
+        log_requests=args.log_requests,
     )
 
 
 def _run(args: argparse.Namespace) -> None:
     import uvloop
 
-    from reshape.app.runtime import setup_logging
+    from reshape.app.logs import setup_logging
 
     config = run_config(args)
-    setup_logging()
-    if config.workers > 1:
-        from reshape.app.supervisor import serve_supervised
+    setup_logging(config.log_level, config.log_format)
+    with _pid_file(args.pid_file):
+        if config.workers > 1:
+            from reshape.app.supervisor import serve_supervised
 
-        uvloop.run(serve_supervised(config))
-    else:
-        from reshape.app.serve import serve_single
+            uvloop.run(serve_supervised(config))
+        else:
+            from reshape.app.serve import serve_single
 
-        uvloop.run(serve_single(config))
+            uvloop.run(serve_single(config))
+
+
+@contextlib.contextmanager
+def _pid_file(path: Path | None) -> Iterator[None]:
+    """This process's id in `path` while the block runs (the supervisor's, with --workers)."""
+    if path is None:
+        yield
+        return
+    pid = str(os.getpid())
+    try:
+        path.write_text(pid + "\n")
+    except OSError as e:
+        raise UsageError(f"cannot write --pid-file {path}: {e.strerror or e}") from None
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            if path.read_text().strip() == pid:  # not a later instance's
+                path.unlink()
 
 
 def _worker(args: argparse.Namespace) -> None:
     import uvloop
 
-    from reshape.app.runtime import setup_logging
-    from reshape.app.serve import serve_worker
+    from reshape.app.logs import setup_logging
+    from reshape.app.serve import serve_worker, worker_config
 
-    setup_logging()
-    uvloop.run(serve_worker(args.index))
+    config = worker_config()
+    setup_logging(config.log_level, config.log_format)
+    uvloop.run(serve_worker(args.index, config))
+
+
+def _health(args: argparse.Namespace) -> None:
+    import urllib.error
+    import urllib.request
+
+    admin = parse_listen_address(args.admin, option="--admin")
+    if admin.is_wildcard:  # listening everywhere: ask it on loopback
+        admin = replace(admin, host="::1" if ":" in admin.host else "127.0.0.1")
+    url = f"http://{admin}/healthz"
+    try:
+        with urllib.request.urlopen(url, timeout=args.timeout) as response:
+            status = response.status
+    except urllib.error.HTTPError as e:
+        status = e.code
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise ReshapeError(f"unhealthy: cannot reach {url}: {reason}") from None
+    if status != 200:
+        raise ReshapeError(f"unhealthy: {url} answered {status}")
+    print(f"healthy: {url}")
 
 
 def _ca(args: argparse.Namespace) -> None:
@@ -299,9 +441,13 @@ def _users(args: argparse.Namespace) -> None:
 
     path = _users_path(args)
     if args.users_command == "list":
-        print("\n".join(sorted(users_file.load_or_empty(path).hashes)))
+        users = users_file.load_or_empty(path)
+        if users.directory is not None:
+            raise UsageError(f"{path} names {users.describe()}: list its users there")
+        print("\n".join(sorted(users.hashes)))
         return
     users_file.check_name(args.name)
+    users_file.load_or_empty(path).check_writable()  # before asking for a password
     if args.users_command == "add":
         password_hash = users_file.hash_password(_read_password(args.password_stdin))
     with users_file.locked(path):
@@ -317,22 +463,76 @@ def _users(args: argparse.Namespace) -> None:
             print(f"removed {args.name} from {path}")
 
 
-def _report(args: argparse.Namespace) -> None:
-    from reshape.report import build_report, text_report, write_plots
+def _prometheus_headers(args: argparse.Namespace) -> tuple[dict[str, str], str | None]:
+    headers = {}
+    for text in args.prometheus_header:
+        name, sep, value = text.partition(":")
+        if not sep or not name.strip() or any(c in text for c in "\r\n"):
+            raise UsageError(f"--prometheus-header: expected 'NAME: VALUE', got {name.strip()!r}…")
+        headers[name.strip()] = value.strip()
+    token = None
+    if args.prometheus_token_file is not None:
+        try:
+            token = args.prometheus_token_file.read_text().strip()
+        except (OSError, UnicodeDecodeError) as e:
+            reason = getattr(e, "strerror", None) or e
+            raise UsageError(f"cannot read --prometheus-token-file: {reason}") from None
+        if not token or any(c.isspace() for c in token):
+            raise UsageError("--prometheus-token-file: expected one token on one line")
+    return headers, token
 
+
+def _write_output(destination: str, text: str) -> None:
+    if destination == "-":
+        sys.stdout.write(text)
+        return
+    try:
+        Path(destination).write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot write {destination}: {e.strerror or e}") from None
+    print(f"wrote {destination}", file=sys.stderr)
+
+
+def _report(args: argparse.Namespace) -> None:
+    from reshape.report import build_report
+
+    to_stdout = [flag for flag in ("json", "csv") if getattr(args, flag) == "-"]
+    if len(to_stdout) > 1:
+        raise UsageError("--json and --csv cannot both go to stdout: give one of them a FILE")
+    if args.prometheus is None and (args.prometheus_header or args.prometheus_token_file):
+        raise UsageError("--prometheus-token-file and --prometheus-header need --prometheus")
+    headers, token = _prometheus_headers(args)
     report = build_report(
-        args.experiment, prometheus=args.prometheus, log=args.log, since=args.since
+        args.experiment,
+        prometheus=args.prometheus,
+        log=args.log,
+        since=args.since,
+        bearer_token=token,
+        headers=headers,
     )
-    print(text_report(report), end="")
+    from reshape.report.charts import write_plots
+    from reshape.report.export import csv_text, report_document
+    from reshape.report.html import html_report
+    from reshape.report.text import text_report
+
+    if not to_stdout:
+        print(text_report(report), end="")
+    if args.json is not None:
+        _write_output(args.json, json.dumps(report_document(report), indent=2) + "\n")
+    if args.csv is not None:
+        _write_output(args.csv, csv_text(report))
+    if args.html is not None:
+        _write_output(str(args.html), html_report(report))
     if args.plot is not None:
         for path in write_plots(report, args.plot):
-            print(f"wrote {path}")
+            print(f"wrote {path}", file=sys.stderr if to_stdout else sys.stdout)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handlers = {
         "run": _run,
+        "health": _health,
         "_worker": _worker,
         "ca": _ca,
         "policy": _policy,

@@ -13,6 +13,9 @@ declare -A wanted=(
   [node]=nodejs
   [npm]=npm
   [go]=golang-go
+  [htpasswd]=apache2-utils
+  [logrotate]=logrotate
+  [slapd]=slapd
 )
 
 missing=()

@@ -22,6 +22,7 @@ from reshape.app.config import RunConfig
 from reshape.cli import _parser, run_config
 from reshape.features.client_access.addon import client_allowed
 from tests.conftest import REPO, RESHAPE
+from tests.system.test_deploy_checks import image_environment
 
 DEPLOY = REPO / "deploy"
 COMPOSE = DEPLOY / "docker-compose.yml"
@@ -58,7 +59,14 @@ def host_path(service: dict[str, Any], container_path: str) -> Path:
 
 
 def proxy_config(compose: dict[str, Any]) -> RunConfig:
-    args = _parser().parse_args([str(a) for a in compose["services"]["proxy"]["command"]])
+    """The proxy service's command as `reshape run` sees it: with the image's environment and the
+    service's own on top (RESHAPE_* variables are the flags' defaults)."""
+    service = compose["services"]["proxy"]
+    environment = {**image_environment(), **service.get("environment", {})}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in environment.items():
+            patch.setenv(name, str(value))
+        args = _parser().parse_args([str(a) for a in service["command"]])
     assert args.command == "run"
     return run_config(args)  # raises UsageError as `reshape run` would refuse to start
 

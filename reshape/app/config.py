@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from reshape.app.logs import LogFormat
 from reshape.base.addresses import ListenAddress, Network
 from reshape.features.client_errors.rules import DEFAULT_HEADER_TIMEOUT
 from reshape.policy.schema import UpstreamKnobs
@@ -45,3 +46,8 @@ class RunConfig:
     # timeouts; pooled requests take theirs from their policy's `upstream:`.
     origin_connect_timeout: float = DEFAULT_ORIGIN_CONNECT_TIMEOUT
     origin_read_timeout: float = DEFAULT_ORIGIN_READ_TIMEOUT
+    # The process log (reshape/app/logs.py): threshold, format, and whether every completed
+    # request is logged (else only failures and start-up facts).
+    log_level: str = "info"
+    log_format: LogFormat = "text"
+    log_requests: bool = False

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import signal
 import time
 from collections.abc import Sequence
@@ -37,6 +38,9 @@ from reshape.features.client_errors.rules import DEFAULT_HEADER_TIMEOUT, DEFAULT
 from reshape.features.client_errors.silent_clients import SilentClients
 from reshape.features.destinations.addon import Destinations, own_addresses
 from reshape.features.destinations.rules import refusal
+from reshape.features.onboarding.addon import ONBOARDING_HOST, Onboarding
+from reshape.features.onboarding.downloads import CaDownloads
+from reshape.features.onboarding.site import OnboardingSite
 from reshape.features.pool.addon import PoolRouting
 from reshape.features.pool.routes import BROWSER_LIKE
 from reshape.features.preconnect.addon import Preconnect
@@ -87,9 +91,6 @@ LISTEN_BACKLOG = 4096
 # After the drain, how long mitmproxy may take to tear down the client connections left.
 CLIENT_TEARDOWN_SECONDS = 2.0
 
-# mitmproxy logs every client connect/disconnect at INFO; reshape logs start-up facts and errors.
-_QUIET_LOGGERS = ("mitmproxy.proxy.server", "mitmproxy.proxy.mode_servers")
-
 
 @dataclass(frozen=True)
 class Prepared:
@@ -115,14 +116,6 @@ def prepare(config: RunConfig) -> Prepared:
     return Prepared(policy_file, ca, created, trust_bundle, config.users, users, config.admin)
 
 
-def setup_logging(level: int = logging.INFO) -> None:
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
-    )
-    for name in _QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING)
-
-
 def stop_signals() -> asyncio.Event:
     """An event set by SIGTERM or SIGINT (Ctrl-C)."""
     stop = asyncio.Event()
@@ -145,6 +138,7 @@ class ProxyProcess:
         allow_clients: Sequence[Network] = (),
         policy: PolicyHolder | None = None,
         request_log: Path | None = None,
+        log_requests: bool = False,
         client_header_timeout: float = DEFAULT_HEADER_TIMEOUT,
         origin_timeouts: tuple[float, float] = (
             DEFAULT_ORIGIN_CONNECT_TIMEOUT,
@@ -169,6 +163,8 @@ class ProxyProcess:
         self.master.addons.add(
             ClientAccess(allow_clients or (EVERY_CLIENT if prepared.users else ())),
             PreferH2ToClients(),
+            # Before the addons that check or route destinations: its name resolves nowhere.
+            Onboarding(OnboardingSite(CaDownloads.of(prepared.ca.certificate)), prepared.admin),
             PolicyChooser(self.policy),
             self.telemetry,
         )
@@ -182,7 +178,7 @@ class ProxyProcess:
         self.engine.destination_refusal = lambda peer, knobs: refusal(
             peer, knobs, self.destinations.own
         )
-        self.master.addons.add(RequestRecords(request_log))
+        self.master.addons.add(RequestRecords(request_log, log_requests))
         self.master.addons.add(Preconnect(self.engine, self.policy, confdir, shared=reuse_port))
         tls_records, split_requests = TlsRecords(), SplitRequests()
         self.master.addons.add(tls_records, split_requests)
@@ -316,9 +312,19 @@ def log_startup(
     config: RunConfig, prepared: Prepared, listen: ListenAddress, admin: ListenAddress
 ) -> None:
     ca = prepared.ca
-    log.info("reshape %s (mitmproxy %s)", reshape.__version__, mitmproxy.version.VERSION)
+    log.info(
+        "reshape %s (mitmproxy %s), pid %d",
+        reshape.__version__,
+        mitmproxy.version.VERSION,
+        os.getpid(),
+    )
     log.info("proxy listening on %s", listen)
-    log.info("admin endpoint on http://%s (/metrics /healthz /proxy.pac /ca.pem)", admin)
+    log.info("admin endpoint on http://%s (/metrics /healthz /proxy.pac)", admin)
+    log.info(
+        "onboarding page (the CA as PEM, p12, cer): http://%s/, and through the proxy at http://%s/",
+        admin,
+        ONBOARDING_HOST,
+    )
     log.info(
         "CA %s %s, SHA-256 %s",
         "created" if prepared.ca_created else "loaded",
@@ -335,7 +341,7 @@ def log_startup(
     )
     log.info("origins verified against %s", prepared.trust_bundle)
     if prepared.users is not None:
-        users, path = len(prepared.users.hashes), prepared.users_path
-        log.info("proxy authentication (Basic): %d users in %s", users, path)
+        users, path = prepared.users.describe(), prepared.users_path
+        log.info("proxy authentication (Basic): %s, from %s", users, path)
     if config.workers > 1:
         log.info("%d worker processes share the listen port (SO_REUSEPORT)", config.workers)

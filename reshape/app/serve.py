@@ -11,13 +11,14 @@ import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import REGISTRY
 
 from reshape.app.admin import AdminContent, AdminServer
 from reshape.app.config import RunConfig
 from reshape.app.runtime import Prepared, ProxyProcess, log_startup, prepare, stop_signals
 from reshape.base.addresses import ListenAddress
 from reshape.base.errors import ReshapeError
+from reshape.features.onboarding.downloads import CaDownloads
 from reshape.policy.reload import PolicyHolder, watch_policy
 
 log = logging.getLogger("reshape")
@@ -43,8 +44,8 @@ def local_admin_content(
 ) -> AdminContent:
     return AdminContent(
         proxy_address=config.listen,
-        ca_pem=prepared.ca.cert_pem(),
-        render_metrics=lambda: (generate_latest(REGISTRY), CONTENT_TYPE_LATEST),
+        ca=CaDownloads.of(prepared.ca.certificate),
+        registry=REGISTRY,
         is_healthy=lambda: process.is_listening,
     )
 
@@ -61,6 +62,7 @@ def proxy_process(
         allow_clients=config.allow_clients,
         policy=holder,
         request_log=config.request_log,
+        log_requests=config.log_requests,
         client_header_timeout=config.client_header_timeout,
         origin_timeouts=(config.origin_connect_timeout, config.origin_read_timeout),
     )
@@ -121,6 +123,9 @@ def worker_config() -> RunConfig:
         client_header_timeout=data["client_header_timeout"],
         origin_connect_timeout=data["origin_connect_timeout"],
         origin_read_timeout=data["origin_read_timeout"],
+        log_level=data["log_level"],
+        log_format=data["log_format"],
+        log_requests=data["log_requests"],
     )
 
 
@@ -133,10 +138,9 @@ def die_with_parent() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-async def serve_worker(index: int) -> None:
+async def serve_worker(index: int, config: RunConfig) -> None:
     """One of N processes sharing the listen port; the supervisor serves /metrics for all."""
     die_with_parent()
-    config = worker_config()
     # Start from the supervisor's last valid copy: the file itself may have turned invalid since
     # the other workers loaded it. Then watch the file itself, like every other worker.
     snapshot = os.environ.get(WORKER_POLICY_ENV)

@@ -9,6 +9,9 @@ them converge on the file's last valid version; SIGHUP to the supervisor is pass
 worker. The supervisor also keeps its own copy of the last valid version, which a restarted worker
 starts from — the file may be invalid by then, and a worker must not die of it nor run an older
 policy than its siblings.
+
+SIGUSR1 (the request log was rotated) is passed on to every worker, each of which has the file
+open.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from reshape.app.admin import AdminContent
@@ -36,6 +39,7 @@ from reshape.app.runtime import log_startup, prepare, stop_signals
 from reshape.app.serve import WORKER_POLICY_ENV, WORKER_READY, start_admin, worker_environment
 from reshape.base.addresses import ListenAddress
 from reshape.base.errors import ReshapeError
+from reshape.features.onboarding.downloads import CaDownloads
 from reshape.features.request_log.addon import RequestLogFile
 from reshape.policy.loader import parse_policy_text
 from reshape.policy.reload import PolicyHolder, read_policy_text, watch_policy
@@ -82,9 +86,6 @@ class Supervisor:
         self.quick_deaths: dict[int, int] = {}  # worker index → consecutive early deaths
         self.registry = CollectorRegistry()
         MultiProcessCollector(self.registry, path=metrics_dir)
-
-    def render_metrics(self) -> tuple[bytes, str]:
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
     def healthy(self) -> bool:
         return len(self.workers) == self.config.workers and all(
@@ -167,9 +168,12 @@ class Supervisor:
         os.replace(partial, self.policy_snapshot)
 
     def forward_sighup(self) -> None:
+        self.forward(signal.SIGHUP)
+
+    def forward(self, sig: signal.Signals) -> None:
         for worker in self.workers.values():
             with contextlib.suppress(ProcessLookupError):
-                worker.process.send_signal(signal.SIGHUP)
+                worker.process.send_signal(sig)
 
     async def stop_all(self) -> None:
         for worker in self.workers.values():
@@ -198,12 +202,16 @@ async def serve_supervised(config: RunConfig) -> None:
     holder.on_change(lambda old, new: supervisor.save_policy(holder.text or ""))
     content = AdminContent(
         proxy_address=config.listen,
-        ca_pem=prepared.ca.cert_pem(),
-        render_metrics=supervisor.render_metrics,
+        ca=CaDownloads.of(prepared.ca.certificate),
+        registry=supervisor.registry,
         is_healthy=supervisor.healthy,
     )
     admin, admin_address = await start_admin(config, content)
     stop = stop_signals()
+    # Reopen the request log (rotated): every worker has its own copy of the file open.
+    asyncio.get_running_loop().add_signal_handler(
+        signal.SIGUSR1, supervisor.forward, signal.SIGUSR1
+    )
     watcher = watch_policy(holder, after_sighup=supervisor.forward_sighup)
     try:
         for index in range(config.workers):

@@ -9,7 +9,7 @@ from reshape.report.sources import ArmData, ExperimentData
 from reshape.report.stats import Comparison, Interval
 
 # Family-wise significance level of the comparisons of one arm with the reference (Holm).
-ALPHA = 0.05
+ALPHA = stats.ALPHA
 
 
 @dataclass(frozen=True)
@@ -23,17 +23,24 @@ class Measure:
     key: str
     title: str
     unit: str  # for display: "", "ms", "%", "B"
-    test: str  # what the p-value comes from
+    axis: str  # what a chart's value axis says
+    base_unit: str  # what values are in (JSON and CSV carry them so)
 
 
 MEASURES = (
-    Measure("requests", "requests", "", "none (depends on the arms' weights)"),
-    Measure("latency_p50", "transaction latency p50", "ms", "Mann-Whitney U"),
-    Measure("latency_p95", "transaction latency p95", "ms", "Mann-Whitney U"),
-    Measure("queue_share", "queue share", "%", "two-proportion z"),
-    Measure("connections", "upstream connections per request", "", "two-proportion z"),
-    Measure("bytes", "response bytes per request", "B", "Welch z"),
-    Measure("error_share", "error share", "%", "two-proportion z"),
+    Measure("requests", "requests", "", "requests", "requests"),
+    Measure("latency_p50", "transaction latency p50", "ms", "latency p50 (ms)", "seconds"),
+    Measure("latency_p95", "transaction latency p95", "ms", "latency p95 (ms)", "seconds"),
+    Measure("queue_share", "queue share", "%", "requests that waited (%)", "ratio"),
+    Measure(
+        "connections",
+        "upstream connections per request",
+        "",
+        "new connections / request",
+        "ratio",
+    ),
+    Measure("bytes", "response bytes per request", "B", "bytes per request", "bytes"),
+    Measure("error_share", "error share", "%", "requests not ok (%)", "ratio"),
 )
 
 
@@ -87,7 +94,7 @@ def estimates(data: ArmData) -> dict[str, Estimate]:
     return result
 
 
-def _latency_p(a: ArmData, b: ArmData) -> float | None:
+def _latency_test(a: ArmData, b: ArmData) -> Comparison:
     if a.latencies is not None and b.latencies is not None:
         return stats.mann_whitney(a.latencies, b.latencies)
     if (
@@ -98,7 +105,7 @@ def _latency_p(a: ArmData, b: ArmData) -> float | None:
         return stats.mann_whitney_grouped(
             stats.bucket_counts(a.histogram), stats.bucket_counts(b.histogram)
         )
-    return None
+    return stats.NOT_COMPARABLE
 
 
 def _proportions(x1: int | None, n1: int | None, x2: int | None, n2: int | None) -> Comparison:
@@ -109,13 +116,14 @@ def _proportions(x1: int | None, n1: int | None, x2: int | None, n2: int | None)
 
 def compare(reference: ArmData, arm: ArmData) -> dict[str, Comparison]:
     result: dict[str, Comparison] = {"requests": stats.NOT_COMPARABLE}
-    latency_p = _latency_p(reference, arm)
+    latency = _latency_test(reference, arm)  # one test of the whole distributions
     for key, q in (("latency_p50", 0.5), ("latency_p95", 0.95)):
         difference = stats.quantile_difference(_quantile(reference, q), _quantile(arm, q))
-        result[key] = (
-            Comparison(difference[0], difference[1], latency_p)
-            if difference
-            else Comparison(None, None, latency_p)
+        result[key] = Comparison(
+            difference[0] if difference else None,
+            difference[1] if difference else None,
+            latency.p_value,
+            latency.test,
         )
     result["queue_share"] = _proportions(
         reference.queued, reference.requests, arm.queued, arm.requests

@@ -5,6 +5,7 @@ Both give, per arm of one experiment, the same `ArmData`; what a source cannot k
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import re
@@ -12,7 +13,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,19 @@ from reshape.base.errors import ReshapeError, UsageError
 from reshape.report.stats import Histogram
 
 PROMETHEUS_TIMEOUT = 10.0
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# Prometheus' duration syntax: units largest first, each at most once, whole numbers (1w2d, 90m,
+# 1h30m, 500ms); a year is 365 days. Also a number of seconds (1.5), as Prometheus 3 accepts.
+_UNITS: tuple[tuple[str, float], ...] = (
+    ("y", 365 * 86400),
+    ("w", 7 * 86400),
+    ("d", 86400),
+    ("h", 3600),
+    ("m", 60),
+    ("s", 1),
+    ("ms", 0.001),
+)
+_DURATION = re.compile("".join(rf"(?:(?P<{u}>\d+){u})?" for u, _ in _UNITS))
+_SECONDS = re.compile(r"\d+(?:\.\d+)?")
 
 
 @dataclass
@@ -51,11 +63,22 @@ class ExperimentData:
 
 
 def parse_duration(text: str) -> float:
-    """'30s', '15m', '2h', '1d' → seconds."""
-    match = _DURATION.match(text.strip())
-    if not match or float(match.group(1)) <= 0:
-        raise UsageError(f"--since: expected a duration like 30s, 15m, 2h or 1d, got {text!r}")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    """A duration as Prometheus writes it ('30s', '1h30m', '1w', '500ms', '2y'), or a number of
+    seconds → seconds."""
+    text = text.strip()
+    if _SECONDS.fullmatch(text):
+        seconds = float(text)
+    else:
+        match = _DURATION.fullmatch(text)
+        seconds = 0.0
+        if text and match:
+            seconds = sum(int(match[u] or 0) * factor for u, factor in _UNITS)
+    if seconds <= 0:
+        raise UsageError(
+            f"--since: expected a duration as Prometheus writes it (30s, 15m, 1h30m, 1d, 1w, "
+            f"500ms) or seconds, got {text!r}"
+        )
+    return seconds
 
 
 def _arm_name(label: str, experiment: str) -> str | None:
@@ -155,22 +178,49 @@ def load_log(path: Path, experiment: str, since: float | None) -> ExperimentData
 
 
 class PrometheusClient:
-    """The instant-query endpoint of Prometheus' HTTP API, over urllib."""
+    """The instant-query endpoint of Prometheus' HTTP API, over urllib.
 
-    def __init__(self, url: str, timeout: float = PROMETHEUS_TIMEOUT) -> None:
+    Credentials: `user:password@` in the URL (sent as Basic authentication), a bearer token, or
+    any headers (`Authorization: …`, a tenant header). None of them is ever printed: messages name
+    the server by `url`, which has the credentials taken out."""
+
+    def __init__(
+        self,
+        url: str,
+        timeout: float = PROMETHEUS_TIMEOUT,
+        *,
+        bearer_token: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         parsed = urllib.parse.urlsplit(url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise UsageError(f"--prometheus: expected an http(s) URL, got {url!r}")
-        self.url = url.rstrip("/")
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise UsageError(f"--prometheus: expected an http(s) URL, got {redact(url)!r}")
+        self.headers = dict(headers or {})
+        if parsed.username is not None or parsed.password is not None:
+            user = urllib.parse.unquote(parsed.username or "")
+            password = urllib.parse.unquote(parsed.password or "")
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            self.headers.setdefault("Authorization", f"Basic {token}")
+        if bearer_token is not None:
+            self.headers["Authorization"] = f"Bearer {bearer_token}"
+        self.url = redact(url).rstrip("/")
+        self._address = self.url  # what is asked for: the URL without credentials
         self.timeout = timeout
 
     def query(self, promql: str) -> list[tuple[dict[str, str], float]]:
         """(labels, value) for each series of an instant vector."""
-        address = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        address = f"{self._address}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        request = urllib.request.Request(address, headers=self.headers)
         try:
-            with urllib.request.urlopen(address, timeout=self.timeout) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 body = json.load(response)
         except urllib.error.HTTPError as e:
+            if e.code in (401, 403):
+                raise ReshapeError(
+                    f"Prometheus at {self.url} refused the credentials (HTTP {e.code}): give them "
+                    "in the URL (https://USER:PASSWORD@host), with --prometheus-token-file, or "
+                    "with --prometheus-header"
+                ) from None
             detail = _error_text(e)
             raise ReshapeError(f"Prometheus at {self.url} refused a query: {detail}") from None
         except (urllib.error.URLError, OSError) as e:
@@ -187,6 +237,15 @@ class PrometheusClient:
             if not math.isnan(value):
                 series.append((dict(item["metric"]), value))
         return series
+
+
+def redact(url: str) -> str:
+    """`url` without its user name and password."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.username is None and parsed.password is None:
+        return url
+    host = parsed.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(parsed._replace(netloc=host))
 
 
 def _error_text(e: urllib.error.HTTPError) -> str:
@@ -212,7 +271,7 @@ def load_prometheus(
     def total(metric: str, extra: str = "", by: str = "arm") -> list[tuple[dict[str, str], float]]:
         series = f"{metric}{{{selector}{extra}}}"
         if since is not None:
-            series = f"increase({series}[{int(math.ceil(since))}s])"
+            series = f"increase({series}[{math.ceil(since * 1000)}ms])"
         return client.query(f"sum by ({by}) ({series})")
 
     arms: dict[str, ArmData] = {}

@@ -1,6 +1,7 @@
-"""Basic proxy authentication against reshape's users file (reshape/features/proxy_auth/users.py
-holds the format and
-the hashing; this addon only reads headers and answers).
+"""Basic proxy authentication against a users file: reshape's own scrypt format, an Apache
+htpasswd file of bcrypt entries, or an LDAP directory the file names (reshape/features/proxy_auth/
+users.py and ldap.py hold the formats and the verification; this addon only reads headers and
+answers).
 
 A request without valid `Proxy-Authorization: Basic` credentials gets `407` with
 `Proxy-Authenticate: Basic realm="reshape"` — plain HTTP requests and CONNECT alike. Valid
@@ -9,8 +10,8 @@ credentials are removed from the request, so an origin never sees them.
 scrypt is slow on purpose, so a verification runs in a thread, off the event loop, and its success
 is remembered for the client connection: a CONNECT's credentials cover every request in its tunnel
 (the requests inside carry none), and a plain-HTTP connection that sends the same header again is
-not verified again. mitmproxy's own `proxyauth` addon works the same way but reads htpasswd files
-(bcrypt/SHA-1) or a single user on the command line; reshape keeps its own scrypt file.
+not verified again. mitmproxy's own `proxyauth` addon works the same way and reads the same
+htpasswd files (it also takes unsalted SHA-1, which reshape refuses).
 
 The file is read again when it changes (checked at most once a second, on a request), so
 `reshape users add|remove` takes effect without a restart (tunnels already open stay open); a file
@@ -153,13 +154,17 @@ class ProxyAuthentication:
             return self.users
         self._stamp = stamp
         try:
-            self.users = load_users(self.path)
+            users = load_users(self.path)
         except UsersFileError as e:
             log.error("users file not reloaded, the users read before stay in force: %s", e)
             return self.users
+        previous, self.users = self.users, users
+        if previous.directory is not None:
+            # Its connection is closed in a thread: a verification may still hold it.
+            asyncio.get_running_loop().run_in_executor(None, previous.directory.close)
         # Remembered verifications may be of removed users or changed passwords.
         self._verified.clear()
-        log.info("users file %s reloaded: %d users", self.path, len(self.users.hashes))
+        log.info("users file %s reloaded: %s", self.path, self.users.describe())
         return self.users
 
 

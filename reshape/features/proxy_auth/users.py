@@ -1,12 +1,21 @@
 """The users file for proxy authentication: parse, format, hash and verify — no sockets.
 
-One line per user, `NAME:scrypt:N:R:P:SALT:HASH` (salt and hash in unpadded URL-safe base64);
-`#` starts a comment. Only salted scrypt hashes are stored, never a password, each with its own
-random salt and its own cost parameters, so the cost can be raised later without invalidating
-old entries. The file is created 0600 and refused if group or others can read it: the hashes are
-slow to attack, not impossible.
+Two formats, told apart by the file's content:
 
-scrypt is slow on purpose (about 0.1 s with the default cost on a busy 2-core machine), so callers
+- reshape's own (`reshape users add`): one line per user, `NAME:scrypt:N:R:P:SALT:HASH` (salt and
+  hash in unpadded URL-safe base64). Only salted scrypt hashes are stored, never a password, each
+  with its own random salt and cost parameters, so the cost can be raised later without
+  invalidating old entries.
+- an Apache htpasswd file of bcrypt entries (`htpasswd -B`: `NAME:$2y$COST$…`; `$2a$`, `$2b$`
+  too), as Apache and mitmproxy's `proxyauth` read them; verified by the `bcrypt` library, which
+  like Apache's reads the first 72 bytes of a password. Apache's other hashes (MD5 `$apr1$`,
+  `{SHA}`, crypt) are refused with the line and the fix: they are fast to attack.
+
+In both, `#` starts a comment. The file must be 0600 (refused if group or others can read it:
+the hashes are slow to attack, not impossible); `reshape users add|remove` write only reshape's
+format, and an htpasswd file is managed with htpasswd(1).
+
+scrypt and bcrypt are slow on purpose (about 0.1 s and 0.003 s·2^(COST-5) here), so callers
 verify off the event loop and remember successes (reshape/features/proxy_auth/addon.py).
 """
 
@@ -24,10 +33,15 @@ import secrets
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
+
+import bcrypt
+from ldap3.core.exceptions import LDAPException
 
 from reshape.base.atomic_files import write_atomically
 from reshape.base.errors import UsageError
 from reshape.base.secret_files import secret_file_problem
+from reshape.features.proxy_auth.ldap import LdapDirectory, LdapSpec, LdapSpecError, is_ldap_spec
 
 USERS_BASENAME = "users"
 ALGORITHM = "scrypt"
@@ -43,6 +57,20 @@ MAX_PASSWORD_BYTES = 1024
 NAME_PATTERN = re.compile(r"[A-Za-z0-9._@+-]{1,64}")
 
 HEADER = "# reshape proxy users: NAME:scrypt:N:R:P:SALT:HASH (managed by `reshape users`)\n"
+
+# htpasswd: Apache's `htpasswd -B` writes $2y$; cost 4-17 is what it accepts (-C), and bounds the
+# time a hostile file can make one verification take.
+BCRYPT_PATTERN = re.compile(r"\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}")
+BCRYPT_MAX_COST = 17
+BCRYPT_PASSWORD_BYTES = 72  # bcrypt reads no more; Apache's implementation ignores the rest too
+HTPASSWD_NAME_BYTES = 255
+# Apache's other htpasswd hashes, by prefix: refused, each with what it is.
+WEAK_HTPASSWD = {"$apr1$": "an MD5 ($apr1$)", "{SHA}": "an unsalted SHA-1 ({SHA})"}
+
+Format = Literal["reshape", "htpasswd", "ldap"]
+EXPECTED = (
+    "expected NAME:scrypt:N:R:P:SALT:HASH (reshape users add) or NAME:$2y$COST$… (htpasswd -B)"
+)
 
 
 class UsersFileError(UsageError):
@@ -69,9 +97,32 @@ class PasswordHash:
         )
 
 
-# Verifying an unknown user against this keeps the time of a failure the same whether or not the
-# name exists, so response times do not tell which names are users.
-_DUMMY = None
+@dataclass(frozen=True)
+class BcryptHash:
+    """One htpasswd bcrypt entry, as written (`$2y$05$…`)."""
+
+    text: str
+
+    @property
+    def cost(self) -> int:
+        return int(self.text[4:6])
+
+    def verify(self, password: str) -> bool:
+        # bcrypt 5 refuses longer passwords instead of reading their first 72 bytes as Apache
+        # does; the same 72 bytes are checked here.
+        data = password.encode()[:BCRYPT_PASSWORD_BYTES]
+        return bcrypt.checkpw(data, self.text.encode())
+
+    def format(self) -> str:
+        return self.text
+
+
+Credential = PasswordHash | BcryptHash
+
+# Verifying an unknown user against one of these keeps the time of a failure the same whether or
+# not the name exists, so response times do not tell which names are users.
+_DUMMY: PasswordHash | None = None
+_DUMMY_BCRYPT: dict[int, BcryptHash] = {}
 
 
 def hash_password(
@@ -98,51 +149,123 @@ def check_password(password: str) -> None:
 
 @dataclass(frozen=True)
 class Users:
-    """The users of one file, by name."""
+    """The users of one file, by name, and the file's format; or the LDAP directory it names."""
 
-    hashes: Mapping[str, PasswordHash]
+    hashes: Mapping[str, Credential]
+    format: Format = "reshape"
+    directory: LdapDirectory | None = None
+
+    def describe(self) -> str:
+        if self.directory is not None:
+            return f"the LDAP directory {self.directory.spec}"
+        return f"{len(self.hashes)} users"
 
     def verify(self, name: str, password: str) -> bool:
         """Whether `name` is a user with `password`. Unknown names cost as much as known ones."""
-        global _DUMMY
+        if self.directory is not None:
+            return self.directory.verify(name, password)
         known = self.hashes.get(name)
         if known is None:
-            if _DUMMY is None:
-                _DUMMY = hash_password("reshape-no-such-user")
-            _DUMMY.verify(password)
+            self._dummy().verify(password)
             return False
         return known.verify(password)
 
+    def _dummy(self) -> Credential:
+        global _DUMMY
+        if self.format == "htpasswd":
+            costs = [h.cost for h in self.hashes.values() if isinstance(h, BcryptHash)]
+            cost = max(costs, default=5)
+            if cost not in _DUMMY_BCRYPT:
+                salt = bcrypt.gensalt(rounds=cost, prefix=b"2b")
+                _DUMMY_BCRYPT[cost] = BcryptHash(bcrypt.hashpw(b"no-such-user", salt).decode())
+            return _DUMMY_BCRYPT[cost]
+        if _DUMMY is None:
+            _DUMMY = hash_password("reshape-no-such-user")
+        return _DUMMY
+
     def with_user(self, name: str, password_hash: PasswordHash) -> Users:
+        self.check_writable()
         check_name(name)
         return Users({**self.hashes, name: password_hash})
 
     def without_user(self, name: str) -> Users:
+        self.check_writable()
         return Users({k: v for k, v in self.hashes.items() if k != name})
+
+    def check_writable(self) -> None:
+        if self.format == "htpasswd":
+            raise UsersFileError(
+                "this is an htpasswd file: manage it with htpasswd(1), e.g. htpasswd -B FILE NAME"
+            )
+        if self.directory is not None:
+            raise UsersFileError(f"this file names {self.describe()}: its users are managed there")
 
 
 def parse_users(text: str, source: str) -> Users:
-    """The users in `text`; a UsersFileError names the source, the line and what is wrong."""
-    hashes: dict[str, PasswordHash] = {}
+    """The users in `text`, in whichever format its first entry is; a UsersFileError names the
+    source, the line and what is wrong."""
+    entries = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        where = f"{source} line {number}"
+        if line and not line.startswith("#"):
+            entries.append((f"{source} line {number}", line))
+    if entries and is_ldap_spec(entries[0][1]):
+        return _ldap_users(entries)
+    file_format: Format = "reshape"
+    if entries and not entries[0][1].partition(":")[2].startswith(ALGORITHM + ":"):
+        file_format = "htpasswd"
+    hashes: dict[str, Credential] = {}
+    for where, line in entries:
         name, sep, rest = line.partition(":")
-        if not sep:
-            raise UsersFileError(f"{where}: expected NAME:scrypt:N:R:P:SALT:HASH")
-        try:
-            check_name(name)
-        except UsersFileError as e:
-            raise UsersFileError(f"{where}: {e}") from None
+        if file_format == "reshape":
+            if not sep:
+                raise UsersFileError(f"{where}: expected NAME:scrypt:N:R:P:SALT:HASH")
+            try:
+                check_name(name)
+            except UsersFileError as e:
+                raise UsersFileError(f"{where}: {e}") from None
+            credential: Credential = _parse_hash(rest, where)
+        else:
+            if not sep or not name or len(name.encode()) > HTPASSWD_NAME_BYTES:
+                raise UsersFileError(f"{where}: {EXPECTED}")
+            credential = _parse_bcrypt(name, rest, where)
         if name in hashes:
             raise UsersFileError(f"{where}: user {name!r} appears twice")
-        hashes[name] = _parse_hash(rest, where)
-    return Users(hashes)
+        hashes[name] = credential
+    return Users(hashes, file_format)
+
+
+def _ldap_users(entries: list[tuple[str, str]]) -> Users:
+    """The users of the LDAP directory the file's one entry names (ldap.py)."""
+    (where, line), *others = entries
+    if others:
+        raise UsersFileError(f"{others[0][0]}: an LDAP users file has one entry, the directory")
+    try:
+        spec = LdapSpec.parse(line)
+    except LdapSpecError as e:
+        raise UsersFileError(f"{where}: {e}") from None
+    return Users({}, "ldap", LdapDirectory(spec))
+
+
+def _parse_bcrypt(name: str, text: str, where: str) -> BcryptHash:
+    if text.startswith(ALGORITHM + ":"):
+        raise UsersFileError(f"{where}: a reshape entry in an htpasswd file; keep one format")
+    weak = next((what for prefix, what in WEAK_HTPASSWD.items() if text.startswith(prefix)), None)
+    if weak is not None:
+        raise UsersFileError(
+            f"{where}: user {name!r} has {weak} hash; reshape reads bcrypt htpasswd entries "
+            f"only: set the password again with htpasswd -B FILE {name}"
+        )
+    match = BCRYPT_PATTERN.fullmatch(text)
+    if match is None:
+        raise UsersFileError(f"{where}: {EXPECTED}")
+    if not 4 <= int(match.group(1)) <= BCRYPT_MAX_COST:
+        raise UsersFileError(f"{where}: bcrypt cost out of range (4-{BCRYPT_MAX_COST})")
+    return BcryptHash(text)
 
 
 def format_users(users: Users) -> str:
+    users.check_writable()
     return HEADER + "".join(f"{name}:{h.format()}\n" for name, h in sorted(users.hashes.items()))
 
 
@@ -263,6 +386,14 @@ def users_for_run(path: Path) -> Users:
     """The users `reshape run --users` authenticates against: the file checked, and not empty
     (authentication with no users would refuse everyone)."""
     users = load_users(path)
+    if users.directory is not None:
+        try:
+            users.directory.check()
+        except LDAPException as e:
+            raise UsersFileError(
+                f"users file {path}: cannot bind to {users.describe()}: {e}"
+            ) from None
+        return users
     if not users.hashes:
         raise UsersFileError(
             f"users file {path} has no users: nobody could use the proxy "

@@ -31,6 +31,18 @@ regular file opened with O_APPEND lands whole at the end, so lines of different 
 interleave (not guaranteed on NFS). Should a write fail (disk full), the records are dropped and
 the log says so once.
 
+Rotation (logrotate, or any tool that moves the file away): the file is opened again, by name, on
+SIGUSR1 (with `--workers N`, the supervisor passes it on to every worker), and before each write
+when the name no longer leads to the file being written (moved or removed): lines written before
+that are in the moved file, lines after it in the new one, none lost. A rotation tool that
+compresses the moved file must wait one cycle (logrotate's `delaycompress`, as
+deploy/logrotate/reshape does). With `copytruncate` nothing needs reopening (O_APPEND writes at
+the new end), but lines written between the copy and the truncation are lost: prefer the default
+`create`.
+
+`--log-requests` also logs each record to the process log (reshape/app/logs.py) at info, one
+line per request; with `--log-format json` the record is the line's `request` field.
+
 The same record also counts `reshape_direct_requests_total{policy,arm,connection}`, the
 connections mitmproxy's own origin connections contribute per arm.
 """
@@ -38,16 +50,19 @@ connections mitmproxy's own origin connections contribute per arm.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import logging
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
 from mitmproxy import connection, http
 
+from reshape.app.logs import FIELDS
 from reshape.base.errors import UsageError
 from reshape.base.flowstate import state_of
 from reshape.features.telemetry import metrics
@@ -58,24 +73,50 @@ from reshape.policy.selection import NO_ARM
 from reshape.upstream.types import Assignment
 
 log = logging.getLogger("reshape.request_log")
+# --log-requests: one line per completed request in the process log.
+requests_log = logging.getLogger("reshape.requests")
 
 FLUSH_SECONDS = 1.0
 FLUSH_BYTES = 64 * 1024
 
 
 class RequestLogFile:
-    """Appends whole JSON lines, buffered, one `write()` per flush."""
+    """Appends whole JSON lines, buffered, one `write()` per flush; reopens the file by name when
+    asked (SIGUSR1) or when the name leads elsewhere (rotated)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        try:
-            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as e:
-            raise UsageError(f"cannot open --request-log {path}: {e.strerror or e}") from None
+        self._fd, self._identity = self._open()
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._last_flush = time.monotonic()
         self._failed = False
+
+    def _open(self) -> tuple[int, tuple[int, int]]:
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise UsageError(f"cannot open --request-log {self.path}: {e.strerror or e}") from None
+        st = os.fstat(fd)
+        return fd, (st.st_dev, st.st_ino)
+
+    def reopen(self) -> None:
+        """Open the file by its name again; what waits is written there at the next flush."""
+        try:
+            fd, identity = self._open()
+        except UsageError as e:
+            log.error("request log: %s; still writing to the file open before", e)
+            return
+        os.close(self._fd)
+        self._fd, self._identity = fd, identity
+
+    def _moved(self) -> bool:
+        """Whether the name no longer leads to the file being written (rotated or removed)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return True
+        return (st.st_dev, st.st_ino) != self._identity
 
     def append(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, separators=(",", ":")).encode() + b"\n"
@@ -91,6 +132,8 @@ class RequestLogFile:
         self._last_flush = time.monotonic()
         if not self._pending:
             return
+        if self._moved():
+            self.reopen()
         data = b"".join(self._pending)
         self._pending.clear()
         self._pending_bytes = 0
@@ -120,15 +163,23 @@ def rfc3339(timestamp: float) -> str:
 class RequestRecords:
     """Builds each completed request's record; writes it to the log file, if there is one."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, log_requests: bool = False) -> None:
         self.file = RequestLogFile(path) if path is not None else None
+        self.log_requests = log_requests
         self._flusher: asyncio.Task[None] | None = None
         # mitmproxy's own origin connections: requests each has carried so far.
         self._served: dict[str, int] = {}
 
     def running(self) -> None:
         if self.file is not None:
-            self._flusher = asyncio.get_running_loop().create_task(self._flush_forever())
+            loop = asyncio.get_running_loop()
+            self._flusher = loop.create_task(self._flush_forever())
+            loop.add_signal_handler(signal.SIGUSR1, self.reopen)
+
+    def reopen(self) -> None:
+        if self.file is not None:
+            self.file.reopen()
+            log.info("request log %s reopened", self.file.path)
 
     async def _flush_forever(self) -> None:
         assert self.file is not None
@@ -139,6 +190,8 @@ class RequestRecords:
     def done(self) -> None:
         if self._flusher is not None:
             self._flusher.cancel()
+            with contextlib.suppress(RuntimeError):  # the loop may be closing already
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGUSR1)
         if self.file is not None:
             self.file.close()
             self.file = None
@@ -172,8 +225,13 @@ class RequestRecords:
             labelled(
                 metrics.direct_requests_total, selection.policy_name, selection.arm, kind
             ).inc()
+        if self.file is None and not self.log_requests:
+            return
+        line = record(flow, outcome, pooled, kind, assignment)
         if self.file is not None:
-            self.file.append(record(flow, outcome, pooled, kind, assignment))
+            self.file.append(line)
+        if self.log_requests:
+            requests_log.info("%s", describe(line), extra={FIELDS: {"request": line}})
 
     def _direct_connection_kind(self, flow: http.HTTPFlow) -> str | None:
         server = flow.server_conn
@@ -184,6 +242,18 @@ class RequestRecords:
         if carried == 0:
             return "new"
         return "multiplexed" if server.alpn == b"h2" else "reused"
+
+
+def describe(line: dict[str, Any]) -> str:
+    """A request's record as one readable line of the process log."""
+    seconds = line["transaction_seconds"]
+    took = f"{seconds * 1000:.1f} ms" if seconds is not None else "-"
+    status = line["status"] if line["status"] is not None else "-"
+    return (
+        f"{line['method']} {line['scheme']}://{line['host']} {status} {line['outcome']} {took} "
+        f"{line['bytes']} B policy={line['policy']} arm={line['arm']}"
+        + (f" error={line['error']!r}" if line["error"] else "")
+    )
 
 
 def record(
