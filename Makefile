@@ -57,6 +57,7 @@ test: test-deps lint
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check reshape labkit tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports  # the architecture's import rules (.importlinter, docs/architecture.md)
 
 # The lab's full experiments (long: see `bench/lab list`); they need the test dependencies
 # (hypercorn origins, Chromium). Results go to bench/RESULTS.md and bench/plots/.

@@ -16,6 +16,8 @@ import logging
 import sys
 from typing import Any, Literal
 
+from reshape.base.log_fields import FIELDS
+
 LogFormat = Literal["text", "json"]
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS: tuple[LogFormat, ...] = ("text", "json")
@@ -26,8 +28,6 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _QUIET_LOGGERS = ("mitmproxy.proxy.server", "mitmproxy.proxy.mode_servers")
 # Tornado (the admin endpoint) logs malformed requests at INFO; they are the client's problem.
 _WARNING_ONLY = ("tornado.general", "tornado.access")
-
-FIELDS = "fields"  # the `extra` key whose dict JsonFormatter merges into the object
 
 
 class JsonFormatter(logging.Formatter):

@@ -37,7 +37,6 @@ from reshape.features.client_errors.addon import ClientErrors
 from reshape.features.client_errors.rules import DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_HEAD_BYTES
 from reshape.features.client_errors.silent_clients import SilentClients
 from reshape.features.destinations.addon import Destinations, own_addresses
-from reshape.features.destinations.rules import refusal
 from reshape.features.onboarding.addon import ONBOARDING_HOST, Onboarding
 from reshape.features.onboarding.downloads import CaDownloads
 from reshape.features.onboarding.site import OnboardingSite
@@ -51,6 +50,7 @@ from reshape.features.request_log.addon import RequestRecords
 from reshape.features.split_requests.addon import SplitRequests
 from reshape.features.telemetry import metrics
 from reshape.features.telemetry.addon import Telemetry
+from reshape.features.telemetry.engine_metrics import EngineMetrics
 from reshape.features.tls_records.addon import TlsRecords
 from reshape.features.trailers.addon import Trailers
 from reshape.mitm.addons import proxy_addons
@@ -149,8 +149,9 @@ class ProxyProcess:
         self.prepared = prepared
         # The policy in force (reloadable); `prepared.policy_file` is only the one at start-up.
         self.policy = policy or PolicyHolder(None, prepared.policy_file)
+        self.policy.on_outcome(lambda outcome: metrics.policy_reloads_total.labels(outcome).inc())
         self.telemetry = Telemetry()
-        self.engine = Engine(prepared.trust_bundle)
+        self.engine = Engine(prepared.trust_bundle, EngineMetrics())
         self.master = Master(options.Options(), with_termlog=False)
         self.master.addons.add(*proxy_addons())
         if prepared.users_path is not None:
@@ -174,12 +175,13 @@ class ProxyProcess:
             close_server=close_server_connection,
         )
         self.master.addons.add(self.destinations)
-        # The pool's connections: checked on the address connected to, as mitmproxy's are.
-        self.engine.destination_refusal = lambda peer, knobs: refusal(
-            peer, knobs, self.destinations.own
-        )
+        # Every request's route; its connections are checked on the address they reach against
+        # the proxy's own addresses and the policy, as mitmproxy's are (Destinations).
+        self.routing = PoolRouting(default_knobs(origin_timeouts), self.destinations.book)
         self.master.addons.add(RequestRecords(request_log, log_requests))
-        self.master.addons.add(Preconnect(self.engine, self.policy, confdir, shared=reuse_port))
+        self.master.addons.add(
+            Preconnect(self.engine, self.policy, self.routing, confdir, shared=reuse_port)
+        )
         tls_records, split_requests = TlsRecords(), SplitRequests()
         self.master.addons.add(tls_records, split_requests)
         self.master.addons.add(Trailers())  # after Telemetry: wraps its stream callable
@@ -209,7 +211,7 @@ class ProxyProcess:
                 FinishConnectionTeardown(),  # a flood's close used to leave its socket open
                 # Requests to the engine, in process; the rest (upgrades) on mitmproxy's own
                 # connections, which get the engine's kind of timeouts too.
-                JoinEngine(self.engine, PoolRouting(default_knobs(origin_timeouts)).route_for),
+                JoinEngine(self.engine, self.routing.route_for),
                 OriginConnectTimeout(origin_timeouts[0]),
                 OriginFirstByteTimeout(origin_timeouts[1]),
             ]

@@ -25,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from reshape.features.telemetry import metrics
 from reshape.policy.decode import Problem
 from reshape.policy.loader import PolicyFileError, parse_policy_text
 from reshape.policy.schema import Policy, PolicyFile
@@ -87,6 +86,12 @@ class PolicyHolder:
         self.generation = 0
         self.previous: list[PolicyFile] = []
         self._listeners: list[Listener] = []
+        # Told every reload's outcome, "ok" or "invalid" (telemetry counts them).
+        self._outcome_listeners: list[Callable[[str], None]] = []
+
+    def on_outcome(self, listener: Callable[[str], None]) -> None:
+        """Call `listener("ok")` or `listener("invalid")` after every reload."""
+        self._outcome_listeners.append(listener)
 
     def on_change(self, listener: Listener) -> None:
         """Call `listener(old, new)` after each successful reload."""
@@ -109,7 +114,8 @@ class PolicyHolder:
             text = read_policy_text(self.path)
             new = parse_policy_text(text, self.path)
         except PolicyFileError as e:
-            metrics.policy_reloads_total.labels("invalid").inc()
+            for outcome_listener in self._outcome_listeners:
+                outcome_listener("invalid")
             log.error(
                 "policy reload (%s) refused, keeping the previous policy:\n%s", reason, str(e)
             )
@@ -120,7 +126,8 @@ class PolicyHolder:
         self.generation += 1
         for listener in self._listeners:
             listener(old, new)
-        metrics.policy_reloads_total.labels("ok").inc()
+        for outcome_listener in self._outcome_listeners:
+            outcome_listener("ok")
         message = (
             f"{self.path}: default {new.default!r}, {len(new.policies)} policies, "
             f"{len(new.rules)} rules, {len(new.experiments)} experiments"

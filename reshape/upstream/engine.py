@@ -25,13 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reshape.features.destinations.rules import Reason, refusal_message
-from reshape.features.telemetry import metrics
-from reshape.features.telemetry.metrics import labelled
-from reshape.features.tls_records.rules import sizer_for
-from reshape.policy.schema import DestinationKnobs, TlsRecordKnobs
 from reshape.upstream.h1 import H1Upstream
-from reshape.upstream.h2 import H2Upstream
+from reshape.upstream.h2 import H2Upstream, check_h2_version
+from reshape.upstream.observer import EngineObserver, Labels
 from reshape.upstream.pool import (
     Action,
     Assign,
@@ -50,16 +46,19 @@ from reshape.upstream.pool import (
 from reshape.upstream.tls import ALPN_H1, ALPN_H2, SessionCache, TlsClient, client_context
 from reshape.upstream.types import (
     Assignment,
+    PeerCheck,
+    RecordPlan,
     Unanswered,
     UpstreamError,
     UpstreamRequest,
     UpstreamResponse,
 )
-from reshape.upstream.wire import PeerCheck, PeerRefused, Wire, WireError
+from reshape.upstream.wire import PeerFilter, PeerRefused, Wire, WireError
 
 log = logging.getLogger("reshape.upstream")
 
-TICK_SECONDS = 0.05
+# Pool timers fire this long after a deadline (see `_schedule`).
+TIMER_SLACK = 0.001
 # How long a new HTTP/2 connection waits for the server's SETTINGS (its stream limit).
 SETTINGS_WAIT = 1.0
 # Destinations whose protocol (h1 or h2) the engine remembers after their pool is gone, so that a
@@ -103,11 +102,10 @@ class Route:
     read_timeout: float
     policy: str
     arm: str
-    # Which addresses the policy lets its connections reach (checked on the connected peer).
-    destinations: DestinationKnobs = DestinationKnobs()
-    # How to size the TLS records of its connections (a policy's `tls_records` with `side:
-    # both`); None: OpenSSL's full records.
-    records: TlsRecordKnobs | None = None
+    # Which addresses its connections may reach, checked on the connected peer; None: any.
+    peer_check: PeerCheck | None = None
+    # How its connections size their TLS records; None: the TLS library's full records.
+    records: RecordPlan | None = None
     # Whose connections these are: None, everyone's (the shared pool); otherwise one client
     # connection's own, closed by `release` when it goes.
     owner: str | None = None
@@ -119,12 +117,16 @@ class Route:
         each get their own cap, queue and pipelining — and per set of destination and record
         knobs, so that no request rides a connection its policy would have refused or sized
         otherwise."""
-        return (self.key, self.limits, self.destinations, self.records, self.owner)
+        return (self.key, self.limits, self.peer_check, self.records, self.owner)
+
+    @property
+    def labels(self) -> Labels:
+        return (self.policy, self.arm)
 
 
 # A pool's identity: its destination, its limits, the addresses it may connect to, how its TLS
 # records are sized, and whose it is.
-PoolId = tuple[PoolKey, PoolLimits, DestinationKnobs, TlsRecordKnobs | None, str | None]
+PoolId = tuple[PoolKey, PoolLimits, PeerCheck | None, RecordPlan | None, str | None]
 
 
 class Mailbox:
@@ -177,9 +179,6 @@ class ConnectionRecord:
         self.conn_id = conn_id
         self.upstream: H1Upstream | H2Upstream | None = None
         self.tls: TlsClient | None = None
-        # Waiters the pool assigned here whose responses have not ended: on loss, those whose
-        # response had not begun (sent or not yet) go back to the pool as unanswered.
-        self.assigned: set[int] = set()
         # The task opening it, until it is open (cancelled if the pool closes it meanwhile).
         self.connect_task: asyncio.Task[None] | None = None
         # A warm connection: the (policy, arm) that asked for it, and whether a request used it.
@@ -189,14 +188,12 @@ class ConnectionRecord:
     # ConnectionListener
 
     def request_done(self, waiter_id: int, reusable: bool) -> None:
-        self.assigned.discard(waiter_id)
         self.engine.run(
             self.pool,
             self.pool.request_done(self.conn_id, waiter_id, self.engine.now(), reusable=reusable),
         )
 
     def unanswered(self, waiter_ids: list[int], *, never_sent: bool = False) -> None:
-        self.assigned.difference_update(waiter_ids)
         self.engine.run(
             self.pool,
             self.pool.requests_unanswered(
@@ -216,14 +213,15 @@ class ConnectionRecord:
         if self.tls is not None:
             self.engine.sessions.put(session_key(self.pool), self.tls.session)
         self.engine.forget_connection(self)
-        unanswered = sorted(self.assigned.difference(answered))
-        self.assigned.clear()
+        # The pool's record of what is in flight here is the one record: whatever had no
+        # response begun (sent or not yet) goes back as unanswered.
+        unanswered = sorted(set(self.pool.in_flight_on(self.conn_id)).difference(answered))
         broken_before = self.pool.pipelining_broken
         actions = self.pool.connection_lost(
             self.conn_id, self.engine.now(), unanswered=unanswered, graceful=graceful
         )
         if self.pool.pipelining_broken and not broken_before:
-            metrics.pipelining_disabled_total.inc()
+            self.engine.observer.pipelining_disabled()
             log.warning(
                 "%s closed a pipeline without warning: no longer pipelining to it",
                 _describe(self.pool.key),
@@ -232,7 +230,9 @@ class ConnectionRecord:
 
 
 class Engine:
-    def __init__(self, trust_bundle: Path | None) -> None:
+    def __init__(self, trust_bundle: Path | None, observer: EngineObserver | None = None) -> None:
+        check_h2_version()
+        self.observer = observer or EngineObserver()
         self.pools: dict[PoolId, HostPool] = {}
         self.connections: dict[tuple[HostPool, int], ConnectionRecord] = {}
         self.waiters: dict[int, Waiter] = {}
@@ -241,14 +241,13 @@ class Engine:
             True: client_context(trust_bundle, [ALPN_H2, ALPN_H1]),
             False: client_context(trust_bundle, [ALPN_H1]),
         }
-        # The latest route of each pool's requests: its connect timeout, destination knobs and
-        # labels apply to the pool's next connection.
+        # The latest route of each pool's requests: its connect timeout, peer check and labels
+        # apply to the pool's next connection.
         self._routes: dict[HostPool, Route] = {}
-        # Set by the runtime: why a connection to this peer must not be used under these knobs
-        # (reshape.features.destinations.rules.refusal with the proxy's own addresses), or None.
-        self.destination_refusal: (
-            Callable[[tuple[str, int], DestinationKnobs], Reason | None] | None
-        ) = None
+        # Each pool's timer for its next deadline (queue and idle timeouts): (when, handle).
+        self._timers: dict[HostPool, tuple[float, asyncio.TimerHandle]] = {}
+        # Connections per destination host, connecting ones included (for the observer).
+        self._per_host: collections.Counter[PoolKey] = collections.Counter()
         self._protocols: OrderedDict[PoolKey, Proto] = OrderedDict()
         self._warming: tuple[str, str] | None = None  # labels for warm Opens being run
         # Called with the route of a request that found no pool for its destination (an origin
@@ -257,18 +256,18 @@ class Engine:
         # reshape/features/preconnect/addon.py), or None.
         self.first_sight: Callable[[Route], tuple[int, float] | None] | None = None
         self._next_waiter = 0
-        self._ticker: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     def now(self) -> float:
         return asyncio.get_running_loop().time()
 
     def start(self) -> None:
-        self._ticker = asyncio.create_task(self._tick_forever(), name="upstream pool ticker")
+        """Nothing runs until a request comes: timers are set at each pool's next deadline."""
 
     async def stop(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
+        for _, handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
         now = self.now()
         for pool in list(self.pools.values()):
             self.run(pool, pool.close_all(now))
@@ -282,7 +281,7 @@ class Engine:
         self._next_waiter += 1
         waiter = Waiter(self._next_waiter, route)
         self.waiters[waiter.id] = waiter
-        labels = (route.policy, route.arm)
+        labels = route.labels
         started = self.now()
         first_sight = route.pool_id not in self.pools
         pool = self._pool(route)
@@ -299,14 +298,12 @@ class Engine:
                     self.preconnect(route, *wanted)
             queued = waiter.mailbox.empty()
             if queued:
-                labelled(metrics.requests_queued_total, *labels).inc()
+                self.observer.request_queued(labels)
             while True:
                 decision = await waiter.mailbox.get()
                 if isinstance(decision, Reject):
                     if decision.reason is not RejectReason.CONNECT_FAILED:
-                        metrics.upstream_queue_rejected_total.labels(
-                            *labels, decision.reason.value
-                        ).inc()
+                        self.observer.request_rejected(labels, decision.reason.value)
                         raise QueueRejected(
                             decision.reason, max(1, math.ceil(route.limits.queue_timeout / 4))
                         )
@@ -321,15 +318,15 @@ class Engine:
                 if record is None or record.upstream is None:
                     continue  # the connection vanished meanwhile; the pool re-decides
                 taken = decision.conn_id
-                labelled(metrics.upstream_requests_total, *labels, decision.kind.value).inc()
                 if decision.kind is AssignKind.PRECONNECTED and record.warm_for is not None:
                     record.warm_used = True
-                    labelled(metrics.preconnects_total, *record.warm_for, "used").inc()
+                    self.observer.preconnect_finished(record.warm_for, True)
                 waited = self.now() - started
-                labelled(metrics.request_queue_seconds, *labels).observe(waited)
+                coalesced = bool(request.body) or request.body_stream is not None
+                self.observer.request_assigned(
+                    labels, decision.kind.value, waited, coalesced=coalesced
+                )
                 request.assignment = Assignment(decision.kind.value, queued, waited)
-                if request.body or request.body_stream is not None:
-                    labelled(metrics.post_coalesced_total, *labels).inc()
                 try:
                     async with asyncio.timeout(route.read_timeout):
                         response: UpstreamResponse = await record.upstream.exchange(
@@ -342,7 +339,7 @@ class Engine:
                 except Unanswered:
                     # The connection reported it; the pool sends it again (or fails it).
                     taken = None
-                    labelled(metrics.upstream_retries_total, *labels).inc()
+                    self.observer.request_retried(labels)
                     continue
                 taken = None
                 return response
@@ -384,7 +381,7 @@ class Engine:
         pool = self._pool(route)
         actions = pool.preconnect(count, self.now(), idle_timeout=idle_timeout)
         # Labelled before they start: a connect can fail before this returns.
-        self._warming = (route.policy, route.arm)
+        self._warming = route.labels
         try:
             self.run(pool, actions)
         finally:
@@ -400,7 +397,8 @@ class Engine:
                 if action.warm:
                     record.warm_for = self._warming
                 self.connections[(pool, action.conn_id)] = record
-                metrics.upstream_connections_active.inc()
+                self._per_host[pool.key] += 1
+                self._connections_changed()
                 record.connect_task = self._spawn(
                     self._connect(pool, record), f"connect {_describe(pool.key)}"
                 )
@@ -414,10 +412,6 @@ class Engine:
             elif isinstance(action, Retry):
                 pass  # counted where the request learns it went unanswered
             elif isinstance(action, (Assign, Reject, Fail)):
-                if isinstance(action, Assign):
-                    assigned_to = self.connections.get((pool, action.conn_id))
-                    if assigned_to is not None:
-                        assigned_to.assigned.add(action.waiter_id)
                 waiter = self.waiters.get(action.waiter_id)
                 if waiter is not None:
                     waiter.mailbox.put_nowait(action)
@@ -429,12 +423,16 @@ class Engine:
                             action.conn_id, action.waiter_id, self.now(), reusable=True
                         ),
                     )
+        self._schedule(pool)
 
     def forget_connection(self, record: ConnectionRecord) -> None:
         if self.connections.pop((record.pool, record.conn_id), None) is not None:
-            metrics.upstream_connections_active.dec()
+            self._per_host[record.pool.key] -= 1
+            if self._per_host[record.pool.key] <= 0:
+                del self._per_host[record.pool.key]
+            self._connections_changed()
             if record.warm_for is not None and not record.warm_used:
-                labelled(metrics.preconnects_total, *record.warm_for, "unused").inc()
+                self.observer.preconnect_finished(record.warm_for, False)
 
     async def _connect(self, pool: HostPool, record: ConnectionRecord) -> None:
         key = pool.key
@@ -454,8 +452,9 @@ class Engine:
                 key.port,
                 tls=tls,
                 timeout=route_timeout,
-                check_peer=self._peer_check(route) if route is not None else None,
-                sizer=sizer_for(route.records) if route is not None else None,
+                check_peer=self._peer_filter(route) if route is not None else None,
+                sizer=route.records.new_sizer() if route and route.records else None,
+                observer=self.observer,
             )
         except (WireError, ssl.SSLError, ValueError) as e:
             log.warning("upstream %s: %s", _describe(key), e)
@@ -483,11 +482,10 @@ class Engine:
         else:
             record.upstream = H1Upstream(wire, record)
             proto, max_streams = Proto.H1, 1
-        metrics.upstream_connections_opened_total.labels(proto.value).inc()
+        self.observer.connection_opened(
+            proto.value, tls.session_reused if tls is not None else None
+        )
         if tls is not None:
-            metrics.upstream_tls_handshakes_total.labels(
-                "yes" if tls.session_reused else "no"
-            ).inc()
             self.sessions.put(session_key(pool), tls.session)
         self._remember_protocol(key, proto)
         self.run(
@@ -515,21 +513,20 @@ class Engine:
         self._routes[pool] = route
         return pool
 
-    def _peer_check(self, route: Route) -> PeerCheck | None:
+    def _peer_filter(self, route: Route) -> PeerFilter | None:
         """The check of a new connection's peer address under the route's policy."""
-        refusal = self.destination_refusal
-        if refusal is None:
+        check = route.peer_check
+        if check is None:
             return None
 
-        def check(peer: tuple[str, int]) -> str | None:
-            reason = refusal(peer, route.destinations)
-            if reason is None:
+        def refused(peer: tuple[str, int]) -> str | None:
+            found = check.refusal(peer, route.key.host, route.policy)
+            if found is None:
                 return None
-            labelled(metrics.destinations_refused_total, route.policy, route.arm, reason).inc()
-            message = refusal_message(reason, peer[0], peer[1], route.policy, route.key.host)
-            return message.removeprefix("reshape: ") + " (after connecting)"
+            self.observer.destination_refused(route.labels, found.reason)
+            return found.message
 
-        return check
+        return refused
 
     def _remember_protocol(self, key: PoolKey, proto: Proto) -> None:
         self._protocols[key] = proto
@@ -543,21 +540,38 @@ class Engine:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _tick_forever(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_SECONDS)
-            now = self.now()
-            per_host: dict[PoolKey, int] = {}
-            for pool in self.pools.values():
-                per_host[pool.key] = per_host.get(pool.key, 0) + pool.active_connections
-            metrics.upstream_connections_per_host_max.set(max(per_host.values(), default=0))
-            for pool_id, pool in list(self.pools.items()):
-                self.run(pool, pool.tick(now))
-                unused = pool.active_connections == 0 and pool.queued == 0 and pool.in_flight == 0
-                # An unused pool is dropped unless it remembers that its origin breaks pipelines.
-                if unused and not pool.pipelining_broken:
-                    del self.pools[pool_id]
-                    self._routes.pop(pool, None)
+    def _connections_changed(self) -> None:
+        self.observer.connections_changed(
+            len(self.connections), max(self._per_host.values(), default=0)
+        )
+
+    def _schedule(self, pool: HostPool) -> None:
+        """Set the pool's timer at its next deadline (a queue or idle timeout), if it has one;
+        drop a pool with nothing left in it, unless it remembers an origin that breaks
+        pipelines."""
+        deadline = pool.next_deadline()
+        scheduled = self._timers.get(pool)
+        if scheduled is not None and scheduled[0] == deadline:
+            return
+        if scheduled is not None:
+            scheduled[1].cancel()
+            del self._timers[pool]
+        if deadline is not None:
+            # A hair late: the loop may wake a timer early, and at the deadline itself the
+            # pool's comparisons still find nothing due.
+            when = deadline + TIMER_SLACK
+            handle = asyncio.get_running_loop().call_at(when, self._deadline_passed, pool)
+            self._timers[pool] = (deadline, handle)
+            return
+        unused = pool.active_connections == 0 and pool.queued == 0 and pool.in_flight == 0
+        pool_id = next((i for i, p in self.pools.items() if p is pool), None) if unused else None
+        if pool_id is not None and not pool.pipelining_broken:
+            del self.pools[pool_id]
+            self._routes.pop(pool, None)
+
+    def _deadline_passed(self, pool: HostPool) -> None:
+        self._timers.pop(pool, None)
+        self.run(pool, pool.tick(self.now()))
 
 
 def session_key(pool: HostPool) -> tuple[PoolKey, bool]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import importlib.metadata
 import logging
 
 import h2.config
@@ -21,6 +22,7 @@ import h2.settings
 import hyperframe.frame
 from h2.errors import ErrorCodes
 
+from reshape.base.errors import ReshapeError
 from reshape.upstream.types import (
     ConnectionListener,
     Headers,
@@ -106,11 +108,31 @@ class H2Response:
         self._readable.set()
 
 
+# The h2 releases `_GoawayTolerantConnection` was read against and tested on: it overrides a
+# private method, so any other release is refused at start-up (`check_h2_version`).
+H2_CHECKED_ON = ("4.3.0",)
+
+
+class H2VersionError(ReshapeError):
+    """The installed h2 is not one the engine's HTTP/2 connection was checked on."""
+
+
+def check_h2_version() -> None:
+    version = importlib.metadata.version("h2")
+    if version not in H2_CHECKED_ON:
+        raise H2VersionError(
+            f"reshape's HTTP/2 upstream connection was checked on h2 "
+            f"{', '.join(H2_CHECKED_ON)}, not {version}: pin h2 or re-check "
+            "reshape/upstream/h2.py (_GoawayTolerantConnection)"
+        )
+
+
 class _GoawayTolerantConnection(h2.connection.H2Connection):
     """h2 4.3 moves a connection to CLOSED on any GOAWAY it receives, and then refuses the
     frames of the streams the server is still finishing — RFC 9113 §6.8 says streams up to
     last_stream_id complete normally. For a graceful GOAWAY (NO_ERROR) this keeps the
-    connection open; H2Upstream opens no new stream once it has seen one."""
+    connection open; H2Upstream opens no new stream once it has seen one. It overrides h2's
+    private `_receive_goaway_frame`: see H2_CHECKED_ON."""
 
     def _receive_goaway_frame(
         self, frame: hyperframe.frame.GoAwayFrame

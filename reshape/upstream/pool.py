@@ -205,9 +205,40 @@ class Fail:
 type Action = Open | Assign | Reject | Close | Retry | Fail
 
 
-class _ConnState(enum.Enum):
-    CONNECTING = "connecting"
-    READY = "ready"
+class ConnState(enum.Enum):
+    """Where a connection is in its life. Closed connections leave the pool."""
+
+    CONNECTING = "connecting"  # opened, not up yet; counts as capacity
+    IDLE = "idle"  # up, nothing in flight
+    BUSY = "busy"  # up, requests in flight; takes more (HTTP/2 streams, pipelining) if it can
+    DRAINING = "draining"  # takes nothing new; closes once nothing is in flight
+
+
+class ConnEvent(enum.Enum):
+    UP = "up"  # connected (and TLS done)
+    ASSIGNED = "assigned"  # a request was assigned to it
+    ENDED = "ended"  # a request in flight ended (or went back unanswered), others remain
+    LAST_ENDED = "last_ended"  # the last request in flight ended
+    DRAIN = "drain"  # it takes nothing new (GOAWAY, not reusable, closed by the server)
+
+
+# Every transition a connection makes; anything else is a bug in the pool, and raises.
+TRANSITIONS: dict[tuple[ConnState, ConnEvent], ConnState] = {
+    (ConnState.CONNECTING, ConnEvent.UP): ConnState.IDLE,
+    (ConnState.IDLE, ConnEvent.ASSIGNED): ConnState.BUSY,
+    (ConnState.BUSY, ConnEvent.ASSIGNED): ConnState.BUSY,
+    (ConnState.BUSY, ConnEvent.ENDED): ConnState.BUSY,
+    (ConnState.BUSY, ConnEvent.LAST_ENDED): ConnState.IDLE,
+    (ConnState.IDLE, ConnEvent.DRAIN): ConnState.DRAINING,
+    (ConnState.BUSY, ConnEvent.DRAIN): ConnState.DRAINING,
+    (ConnState.DRAINING, ConnEvent.DRAIN): ConnState.DRAINING,
+    (ConnState.DRAINING, ConnEvent.ENDED): ConnState.DRAINING,
+    (ConnState.DRAINING, ConnEvent.LAST_ENDED): ConnState.DRAINING,
+}
+
+
+class PoolStateError(Exception):
+    """A connection was told of an event its state has no transition for."""
 
 
 @dataclass(eq=False)
@@ -223,20 +254,47 @@ class _Waiter:
 
 @dataclass(eq=False)
 class _Connection:
+    """One connection's record, the only one: its state is read, never derived."""
+
     conn_id: int
-    state: _ConnState = _ConnState.CONNECTING
+    state: ConnState = ConnState.CONNECTING
     proto: Proto | None = None
     max_streams: int = 1  # HTTP/2 only
     in_flight: dict[int, _Waiter] = field(default_factory=dict)  # in the order they were sent
     served: int = 0
-    draining: CloseReason | None = None  # set: takes nothing new; closed once nothing in flight
-    idle_since: float = 0.0  # meaningful while READY with nothing in flight
+    draining: CloseReason | None = None  # why it is DRAINING
+    idle_since: float = 0.0  # meaningful while up with nothing in flight
     # Set for a warm connection (see `preconnect`): its idle timeout until a request uses it.
     warm_idle_timeout: float | None = None
 
+    def move(self, event: ConnEvent) -> None:
+        try:
+            self.state = TRANSITIONS[(self.state, event)]
+        except KeyError:
+            raise PoolStateError(
+                f"connection {self.conn_id}: no transition from {self.state.value} on {event.value}"
+            ) from None
+
+    def drain(self, reason: CloseReason) -> None:
+        """Take nothing new; the first reason given is the one it closes for."""
+        if self.draining is None:
+            self.draining = reason
+        self.move(ConnEvent.DRAIN)
+
+    def ended(self) -> None:
+        """A request in flight has just been taken off `in_flight`."""
+        self.move(ConnEvent.ENDED if self.in_flight else ConnEvent.LAST_ENDED)
+
+    @property
+    def up(self) -> bool:
+        return self.state is not ConnState.CONNECTING
+
     @property
     def idle(self) -> bool:
-        return self.state is _ConnState.READY and not self.in_flight
+        """Up with nothing in flight (IDLE, or DRAINING and about to close)."""
+        return self.state is ConnState.IDLE or (
+            self.state is ConnState.DRAINING and not self.in_flight
+        )
 
     @property
     def unused_warm(self) -> bool:
@@ -248,16 +306,17 @@ class _Connection:
         return limits.idle_timeout
 
     @property
+    def open_for_work(self) -> bool:
+        return self.state is ConnState.IDLE or self.state is ConnState.BUSY
+
+    @property
     def h1_open_for_work(self) -> bool:
-        return self.state is _ConnState.READY and self.proto is Proto.H1 and self.draining is None
+        return self.open_for_work and self.proto is Proto.H1
 
     @property
     def free_h2_stream(self) -> bool:
         return (
-            self.state is _ConnState.READY
-            and self.proto is Proto.H2
-            and self.draining is None
-            and len(self.in_flight) < self.max_streams
+            self.open_for_work and self.proto is Proto.H2 and len(self.in_flight) < self.max_streams
         )
 
 
@@ -299,8 +358,14 @@ class HostPool:
     def in_flight(self) -> int:
         return len(self._assigned)
 
+    def in_flight_on(self, conn_id: int) -> list[int]:
+        """The requests assigned to the connection whose responses have not ended, in the order
+        they were assigned."""
+        conn = self._conns.get(conn_id)
+        return list(conn.in_flight) if conn is not None else []
+
     def __repr__(self) -> str:
-        connecting = sum(1 for c in self._conns.values() if c.state is _ConnState.CONNECTING)
+        connecting = sum(1 for c in self._conns.values() if c.state is ConnState.CONNECTING)
         idle = sum(1 for c in self._conns.values() if c.idle)
         flags = "".join(
             f" {name}"
@@ -356,12 +421,12 @@ class HostPool:
             raise ValueError(f"idle_timeout must be positive, not {idle_timeout}")
         if self._closed:
             return []
-        usable = [c for c in self._conns.values() if c.draining is None]
+        usable = [c for c in self._conns.values() if c.state is not ConnState.DRAINING]
         if self._expects_h2 or any(c.proto is Proto.H2 for c in usable):
             # One h2 connection carries every request (RFC 9113 section 9.1).
             missing = 0 if usable else min(count, 1)
         else:
-            spare = sum(1 for c in usable if c.state is _ConnState.CONNECTING or c.idle)
+            spare = sum(1 for c in usable if c.state is ConnState.CONNECTING or c.idle)
             missing = count - max(0, spare - len(self._queue))
         room = self._limits.max_connections - len(self._conns)
         actions: list[Action] = []
@@ -382,11 +447,11 @@ class HostPool:
     ) -> list[Action]:
         """Connected (and TLS done); `max_streams` is the server's HTTP/2 stream limit."""
         conn = self._conns.get(conn_id)
-        if conn is None or conn.state is not _ConnState.CONNECTING:
+        if conn is None or conn.state is not ConnState.CONNECTING:
             return []
         if max_streams < 0:
             raise ValueError(f"max_streams must not be negative, not {max_streams}")
-        conn.state = _ConnState.READY
+        conn.move(ConnEvent.UP)
         conn.proto = proto
         conn.max_streams = max_streams if proto is Proto.H2 else 1
         conn.idle_since = now
@@ -397,7 +462,7 @@ class HostPool:
     def connection_failed(self, conn_id: int, now: float) -> list[Action]:
         """Connecting (TCP or TLS) failed; the oldest waiter, the one it was for, is rejected."""
         conn = self._conns.get(conn_id)
-        if conn is None or conn.state is not _ConnState.CONNECTING:
+        if conn is None or conn.state is not ConnState.CONNECTING:
             return []
         return self._connect_failed(conn, now)
 
@@ -409,8 +474,9 @@ class HostPool:
         if conn is None or conn.in_flight.pop(waiter_id, None) is None:
             return []
         del self._assigned[waiter_id]
-        if not reusable and conn.draining is None:
-            conn.draining = CloseReason.NOT_REUSABLE
+        conn.ended()
+        if not reusable:
+            conn.drain(CloseReason.NOT_REUSABLE)
         if not conn.in_flight:
             conn.idle_since = now
         return self._settle(now)
@@ -431,8 +497,8 @@ class HostPool:
         conn = self._conns.get(conn_id)
         if conn is None:
             return []
-        if conn.proto is Proto.H1:
-            conn.draining = conn.draining or CloseReason.SERVER_CLOSED
+        if conn.proto is Proto.H1 and conn.up:
+            conn.drain(CloseReason.SERVER_CLOSED)
             for waiter_id in set(waiter_ids) & conn.in_flight.keys():
                 conn.in_flight[waiter_id].attempts -= 1
         actions = self._take_back(conn, waiter_ids, now, never_sent=never_sent)
@@ -454,7 +520,7 @@ class HostPool:
         conn = self._conns.get(conn_id)
         if conn is None:
             return []
-        if conn.state is _ConnState.CONNECTING:
+        if conn.state is ConnState.CONNECTING:
             return self._connect_failed(conn, now)
         del self._conns[conn_id]
         lost = set(unanswered) & conn.in_flight.keys()
@@ -471,11 +537,11 @@ class HostPool:
     def idle_connection_closed_by_server(self, conn_id: int, now: float) -> list[Action]:
         """The driver saw an idle connection turn readable or hit EOF: it is never handed out."""
         conn = self._conns.get(conn_id)
-        if conn is None or conn.state is not _ConnState.READY:
+        if conn is None or not conn.up:
             return []
         if conn.in_flight:
             # Raced with an Assign; the driver reports those requests through connection_lost.
-            conn.draining = conn.draining or CloseReason.SERVER_CLOSED
+            conn.drain(CloseReason.SERVER_CLOSED)
         else:
             del self._conns[conn_id]
         return self._settle(now)
@@ -488,7 +554,7 @@ class HostPool:
     def max_streams_changed(self, conn_id: int, max_streams: int, now: float) -> list[Action]:
         """HTTP/2 SETTINGS changed the stream limit; streams above a lowered one carry on."""
         conn = self._conns.get(conn_id)
-        if conn is None or conn.state is not _ConnState.READY or conn.proto is not Proto.H2:
+        if conn is None or not conn.up or conn.proto is not Proto.H2:
             return []
         if max_streams < 0:
             raise ValueError(f"max_streams must not be negative, not {max_streams}")
@@ -498,9 +564,9 @@ class HostPool:
     def goaway(self, conn_id: int, now: float) -> list[Action]:
         """HTTP/2 GOAWAY: no new streams; the connection closes once its streams finish."""
         conn = self._conns.get(conn_id)
-        if conn is None or conn.state is not _ConnState.READY:
+        if conn is None or not conn.up:
             return []
-        conn.draining = conn.draining or CloseReason.GOAWAY
+        conn.drain(CloseReason.GOAWAY)
         return self._settle(now)
 
     def set_limits(self, limits: PoolLimits, now: float) -> list[Action]:
@@ -597,10 +663,7 @@ class HostPool:
         # A live h2 connection whose streams are all busy is waited for, not added to: clients
         # should hold one h2 connection per origin (RFC 9113 section 9.1), and its streams free
         # up as responses end.
-        live_h2 = any(
-            c.state is _ConnState.READY and c.proto is Proto.H2 and c.draining is None
-            for c in self._conns.values()
-        )
+        live_h2 = any(c.open_for_work and c.proto is Proto.H2 for c in self._conns.values())
         coverage: float
         if live_h2 or self._expects_h2:
             # One h2 connection will take the whole queue (up to its stream limit).
@@ -674,7 +737,7 @@ class HostPool:
         return self._limits.http2 and (self.known_h2 or probing)
 
     def _connecting_count(self) -> int:
-        return sum(1 for c in self._conns.values() if c.state is _ConnState.CONNECTING)
+        return sum(1 for c in self._conns.values() if c.state is ConnState.CONNECTING)
 
     def _admissible_queue(self) -> int:
         """Waiters beyond this many are rejected: `max_queue` plus one per connect under way."""
@@ -692,6 +755,7 @@ class HostPool:
         else:
             kind = AssignKind.PIPELINED
         del self._queue[waiter.waiter_id]
+        conn.move(ConnEvent.ASSIGNED)
         conn.in_flight[waiter.waiter_id] = waiter
         conn.served += 1
         waiter.attempts += 1
@@ -722,6 +786,7 @@ class HostPool:
         for waiter in [w for w in conn.in_flight.values() if w.waiter_id in named]:
             waiter_id = waiter.waiter_id
             del conn.in_flight[waiter_id]
+            conn.ended()
             del self._assigned[waiter_id]
             if not waiter.idempotent and not never_sent:
                 actions.append(Fail(waiter_id, FailReason.CONNECTION_LOST))

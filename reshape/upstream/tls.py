@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reshape.features.tls_records.rules import slices
-
 ALPN_H2 = "h2"
 ALPN_H1 = "http/1.1"
 _READ_SIZE = 256 * 1024
@@ -122,8 +120,12 @@ class TlsClient:
         if sizes is None or len(sizes) <= 1:
             self._ssl.write(plaintext)
         else:
-            for piece in slices(plaintext, sizes):
-                self._ssl.write(piece)
+            view, offset = memoryview(plaintext), 0
+            for size in sizes:
+                self._ssl.write(view[offset : offset + size])
+                offset += size
+            if offset != len(plaintext):
+                raise ValueError(f"record sizes add up to {offset}, not {len(plaintext)}")
         return self._outgoing.read()
 
     def close(self) -> bytes:

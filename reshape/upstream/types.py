@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -24,6 +24,43 @@ HOP_BY_HOP = frozenset(
         b"trailer",
     }
 )
+
+
+class RecordSizer(Protocol):
+    """Chooses the TLS records of one connection's writes (reshape/features/tls_records/)."""
+
+    small_bytes: int
+
+    def next_sizes(self, n_bytes: int, now: float) -> Sequence[int]:
+        """The plaintext size of each record for a write of `n_bytes` (they add up to it)."""
+        ...
+
+
+class RecordPlan(Protocol):
+    """How a route's connections size their TLS records. Hashable: equal plans share a pool."""
+
+    def new_sizer(self) -> RecordSizer:
+        """A sizer for one new connection."""
+        ...
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a connection must not be used: a metrics `reason` and a message for the client."""
+
+    reason: str
+    message: str
+
+
+class PeerCheck(Protocol):
+    """Which peers a route's connections may reach (reshape/features/destinations/): checked on
+    the address actually connected to, before a byte is sent. Hashable: equal checks share a
+    pool."""
+
+    def refusal(self, peer: tuple[str, int], host: str, policy: str) -> Refusal | None:
+        """Why `peer` (the connected address of a connection to `host`, for a request under
+        `policy`) is refused, or None."""
+        ...
 
 
 class UpstreamError(Exception):

@@ -15,9 +15,9 @@ import time
 import typing
 from collections.abc import Callable
 
-from reshape.features.telemetry import metrics
-from reshape.features.tls_records.rules import RecordSizer
+from reshape.upstream.observer import EngineObserver
 from reshape.upstream.tls import TlsClient, TlsError
+from reshape.upstream.types import RecordSizer
 
 HIGH_WATER = 512 * 1024
 LOW_WATER = 128 * 1024
@@ -33,19 +33,21 @@ class PeerRefused(WireError):
 
 
 # Given the connected peer (ip, port), why the connection must not be used, or None.
-PeerCheck = Callable[[tuple[str, int]], str | None]
+PeerFilter = Callable[[tuple[str, int]], str | None]
 
 
 class Wire(asyncio.Protocol):
     def __init__(
         self,
         tls: TlsClient | None,
-        check_peer: PeerCheck | None = None,
+        check_peer: PeerFilter | None = None,
         sizer: RecordSizer | None = None,
+        observer: EngineObserver | None = None,
     ) -> None:
         self.tls = tls
         # Sizes this connection's TLS records (a policy's `tls_records` with `side: both`).
         self.sizer = sizer if tls is not None else None
+        self.observer = observer or EngineObserver()
         self.check_peer = check_peer
         self.refused: str | None = None
         self.transport: asyncio.Transport | None = None
@@ -68,15 +70,17 @@ class Wire(asyncio.Protocol):
         *,
         tls: TlsClient | None,
         timeout: float,
-        check_peer: PeerCheck | None = None,
+        check_peer: PeerFilter | None = None,
         sizer: RecordSizer | None = None,
+        observer: EngineObserver | None = None,
     ) -> Wire:
         """Connect (and shake hands). `check_peer` vets the address actually connected to
         before anything is sent, the TLS ClientHello included: PeerRefused if it objects."""
         loop = asyncio.get_running_loop()
         try:
             _, wire = await asyncio.wait_for(
-                loop.create_connection(lambda: cls(tls, check_peer, sizer), host, port), timeout
+                loop.create_connection(lambda: cls(tls, check_peer, sizer, observer), host, port),
+                timeout,
             )
         except TimeoutError:
             raise WireError(f"connect to {host}:{port} timed out after {timeout:g} s") from None
@@ -204,7 +208,7 @@ class Wire(asyncio.Protocol):
             sizes = None
             if self.sizer is not None:
                 sizes = self.sizer.next_sizes(len(data), time.monotonic())
-                metrics.observe_tls_records("origin", sizes, self.sizer.small_bytes)
+                self.observer.tls_records(sizes, self.sizer.small_bytes)
             data = self.tls.send(data, sizes=sizes)
         self.transport.write(data)
 

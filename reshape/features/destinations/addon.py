@@ -34,6 +34,7 @@ from reshape.base.addresses import ListenAddress
 from reshape.base.flowstate import state_of
 from reshape.features.destinations.rules import (
     IPAddress,
+    OwnAddressBook,
     OwnAddresses,
     Reason,
     ip_of,
@@ -128,7 +129,8 @@ class Destinations:
         # Closes a server connection's socket after connecting (mitm/connections.py; None in
         # tests without a running proxy).
         self.close_server = close_server
-        self.own = own
+        # The proxy's own addresses, shared with the engine's routes (their peer checks).
+        self.book = OwnAddressBook(own)
         self.resolver = resolver or Resolver()
         # What the last check on a client connection allowed, per destination: the policy whose
         # knobs the connected peer is then checked against.
@@ -137,9 +139,13 @@ class Destinations:
         )
         self._lookups: set[asyncio.Task[None]] = set()
 
+    @property
+    def own(self) -> OwnAddresses:
+        return self.book.current
+
     def listening_on(self, address: tuple[str, int]) -> None:
         """Add an address the proxy listens on that was not known at start (a port 0 resolved)."""
-        self.own = self.own.with_address(ListenAddress(*address))
+        self.book.add(ListenAddress(*address))
 
     def http_connect(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None:

@@ -31,6 +31,7 @@ from typing import Literal
 
 from reshape.base.addresses import ListenAddress
 from reshape.policy.schema import DestinationKnobs
+from reshape.upstream.types import Refusal
 
 Reason = Literal["own_address", "link_local", "private", "loopback"]
 REASONS: tuple[Reason, ...] = ("own_address", "link_local", "private", "loopback")
@@ -189,3 +190,30 @@ def refusal_message(reason: Reason, ip: str, port: int, policy: str, host: str =
     if reason == "own_address":
         return f"reshape: destination {shown} port {port} is this proxy's own address"
     return f"reshape: destination {shown} is {_DESCRIPTIONS[reason]} (policy {policy!r} denies it)"
+
+
+class OwnAddressBook:
+    """The proxy's own addresses as they are now: one per process, updated when a port 0 is
+    resolved. Compared by identity (routes holding it share pools)."""
+
+    def __init__(self, current: OwnAddresses) -> None:
+        self.current = current
+
+    def add(self, address: ListenAddress) -> None:
+        self.current = self.current.with_address(address)
+
+
+@dataclass(frozen=True)
+class PeerRules:
+    """A route's peer check (reshape.upstream.types.PeerCheck): the policy's `destinations`
+    knobs and the proxy's own addresses, on the address a connection actually reached."""
+
+    knobs: DestinationKnobs
+    own: OwnAddressBook
+
+    def refusal(self, peer: tuple[str, int], host: str, policy: str) -> Refusal | None:
+        reason = refusal(peer, self.knobs, self.own.current)
+        if reason is None:
+            return None
+        message = refusal_message(reason, peer[0], peer[1], policy, host)
+        return Refusal(reason, message.removeprefix("reshape: ") + " (after connecting)")

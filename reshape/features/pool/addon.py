@@ -10,17 +10,41 @@ from __future__ import annotations
 
 from mitmproxy import http
 
+from reshape.features.destinations.rules import OwnAddressBook
 from reshape.features.pool.routes import BROWSER_LIKE, Destination, route
 from reshape.policy.chooser import selection_of
-from reshape.policy.schema import UpstreamKnobs
+from reshape.policy.schema import Policy, UpstreamKnobs
 from reshape.upstream.engine import Route
 
 
 class PoolRouting:
-    def __init__(self, defaults: UpstreamKnobs = BROWSER_LIKE) -> None:
+    def __init__(
+        self, defaults: UpstreamKnobs = BROWSER_LIKE, own: OwnAddressBook | None = None
+    ) -> None:
         # The knobs of policies without `upstream:` (`reshape run --origin-connect-timeout`,
         # `--origin-read-timeout` set theirs).
         self.defaults = defaults
+        # The proxy's own addresses: every route's connections are checked against them and
+        # against its policy's `destinations` once connected.
+        self.own = own
+
+    def route_to(
+        self,
+        destination: Destination,
+        policy: Policy,
+        policy_name: str,
+        arm: str,
+        client: str | None = None,
+    ) -> Route:
+        return route(
+            destination,
+            policy,
+            policy_name,
+            arm,
+            client=client,
+            defaults=self.defaults,
+            own=self.own,
+        )
 
     def route_for(self, flow: http.HTTPFlow) -> Route | None:
         request = flow.request
@@ -30,11 +54,10 @@ class PoolRouting:
         destination = Destination.of(
             request.scheme, request.host, request.port, flow.client_conn.sni
         )
-        return route(
+        return self.route_to(
             destination,
             selection.policy,
             selection.policy_name,
             selection.arm,
             client=flow.client_conn.id,
-            defaults=self.defaults,
         )

@@ -12,6 +12,8 @@ import ipaddress
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from reshape.features.destinations.rules import OwnAddressBook, PeerRules
+from reshape.features.tls_records.rules import SizedRecords
 from reshape.policy.schema import Policy, UpstreamKnobs
 from reshape.upstream.engine import Route
 from reshape.upstream.pool import PoolKey, PoolLimits
@@ -74,11 +76,14 @@ def route(
     *,
     client: str | None = None,
     defaults: UpstreamKnobs = BROWSER_LIKE,
+    own: OwnAddressBook | None = None,
 ) -> Route:
     """The route of a request from the client connection `client` (its id), under `policy`;
-    `defaults` are the knobs of a policy without `upstream:`."""
+    `defaults` are the knobs of a policy without `upstream:`; `own`, the proxy's addresses,
+    which its connections never reach (None: no check of the connected peer)."""
     knobs = knobs_of(policy, defaults)
     records = policy.tls_records
+    sized = records is not None and records.side == "both" and records.mode != "off"
     return Route(
         key=PoolKey(destination.scheme, destination.host, destination.port, destination.sni),
         limits=limits_of(knobs),
@@ -86,8 +91,8 @@ def route(
         read_timeout=knobs.read_timeout,
         policy=policy_name,
         arm=arm,
-        destinations=policy.destinations,
-        records=records if records is not None and records.side == "both" else None,
+        peer_check=PeerRules(policy.destinations, own) if own is not None else None,
+        records=SizedRecords(records) if sized and records is not None else None,
         owner=None if knobs.share else client,
     )
 

@@ -29,7 +29,8 @@ from urllib.parse import urlsplit
 from mitmproxy import http
 
 from reshape.base.flowstate import state_of
-from reshape.features.pool.routes import Destination, knobs_of, route
+from reshape.features.pool.addon import PoolRouting
+from reshape.features.pool.routes import Destination, knobs_of
 from reshape.features.preconnect.assembly import Learned
 from reshape.features.preconnect.board import DIRECTORY_NAME, NavigationBoard
 from reshape.features.preconnect.navigations import NavigationOutcome, NavigationTracker
@@ -88,12 +89,14 @@ class Preconnect:
         self,
         engine: Engine,
         policy: PolicyHolder,
+        routing: PoolRouting,
         confdir: Path,
         *,
         shared: bool = False,
     ) -> None:
         self.engine = engine
         self.policy = policy
+        self.routing = routing
         self.store = TableStore(confdir / FILE_NAME)
         self.table: OriginTable = self.store.load()
         self.tracker = NavigationTracker(window=NAVIGATION_WINDOW)
@@ -195,7 +198,7 @@ class Preconnect:
             if destination is None:
                 continue
             count = connections_wanted(prediction, knobs.rule, cap)
-            warm = route(destination, policy, policy_name, arm)
+            warm = self.routing.route_to(destination, policy, policy_name, arm)
             opened = self.engine.preconnect(warm, count, knobs.idle_timeout)
             log.debug(
                 "preconnect %s for %s: %d of %d", prediction.origin, first_party, opened, count

@@ -62,9 +62,9 @@ from typing import Any
 
 from mitmproxy import connection, http
 
-from reshape.app.logs import FIELDS
 from reshape.base.errors import UsageError
 from reshape.base.flowstate import state_of
+from reshape.base.log_fields import FIELDS
 from reshape.features.telemetry import metrics
 from reshape.features.telemetry.addon import client_proto, error_outcome
 from reshape.features.telemetry.metrics import labelled

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import logging
 
-from mitmproxy import connection, http
+from mitmproxy import connection, http, tls
 from mitmproxy.proxy import server_hooks
-from mitmproxy.proxy.layers import tls
 
 from reshape.base.flowstate import state_of
 from reshape.features.client_errors.rules import classify_flow_error, outcome_by_client

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from reshape.policy.schema import TlsRecordKnobs
 
@@ -136,3 +137,17 @@ def slices(data: bytes, sizes: Sequence[int]) -> Iterator[memoryview]:
         offset += size
     if offset != len(data):
         raise ValueError(f"record sizes add up to {offset}, not {len(data)}")
+
+
+@dataclass(frozen=True)
+class SizedRecords:
+    """A route's record plan (reshape.upstream.types.RecordPlan): a policy's `tls_records` knobs
+    for the engine's connections (`side: both`, mode not `off`)."""
+
+    knobs: TlsRecordKnobs
+
+    def new_sizer(self) -> RecordSizer:
+        sizer = sizer_for(self.knobs)
+        if sizer is None:
+            raise ValueError("records left to OpenSSL have no sizer: use no plan")
+        return sizer

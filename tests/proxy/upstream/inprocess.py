@@ -7,6 +7,7 @@ import contextlib
 import math
 from collections.abc import AsyncIterator
 
+from reshape.features.telemetry.engine_metrics import EngineMetrics
 from reshape.upstream.engine import Engine, Route
 from reshape.upstream.pool import PoolKey, PoolLimits
 from reshape.upstream.types import UpstreamRequest, UpstreamResponse
@@ -60,7 +61,7 @@ async def running(
     origin = origin or DelayingOrigin()
     server = await asyncio.start_server(origin.handle, HOST, 0)
     origin.port = server.sockets[0].getsockname()[1]
-    engine = Engine(None)
+    engine = Engine(None, EngineMetrics())
     engine.start()
     route = Route(PoolKey("http", HOST, origin.port, None), limits, 5.0, 5.0, "p", "-")
     try:

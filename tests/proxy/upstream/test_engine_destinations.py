@@ -11,9 +11,9 @@ import pytest
 from prometheus_client import REGISTRY
 
 from reshape.base.addresses import ListenAddress
-from reshape.features.destinations.rules import OwnAddresses, refusal
+from reshape.features.destinations.rules import OwnAddressBook, OwnAddresses, PeerRules
 from reshape.policy.schema import DestinationKnobs
-from reshape.upstream.engine import DestinationRefused, Engine
+from reshape.upstream.engine import DestinationRefused, Route
 from tests.proxy.upstream.inprocess import HOST, fetch, limits, running
 
 DENY_LOOPBACK = DestinationKnobs(loopback="deny")
@@ -26,15 +26,18 @@ def refused_count(policy: str, reason: str) -> float:
     return value or 0.0
 
 
-def check_with(engine: Engine, own: OwnAddresses) -> None:
-    engine.destination_refusal = lambda peer, knobs: refusal(peer, knobs, own)
+ALLOW_ALL = DestinationKnobs()
+
+
+def checked(route: Route, own: OwnAddresses, knobs: DestinationKnobs = ALLOW_ALL) -> Route:
+    """The route with the peer check a policy's `destinations` and the proxy's addresses make."""
+    return dataclasses.replace(route, peer_check=PeerRules(knobs, OwnAddressBook(own)))
 
 
 @pytest.mark.asyncio
 async def test_a_peer_the_policy_refuses_gets_no_byte_of_the_request() -> None:
     async with running(limits()) as (engine, route, origin):
-        check_with(engine, OwnAddresses())
-        denied = dataclasses.replace(route, destinations=DENY_LOOPBACK, policy="strict")
+        denied = dataclasses.replace(checked(route, OwnAddresses(), DENY_LOOPBACK), policy="strict")
         before = refused_count("strict", "loopback")
         with pytest.raises(DestinationRefused, match=r"loopback .*strict.*after connecting"):
             await fetch(engine, denied, "/0/secret")
@@ -42,13 +45,13 @@ async def test_a_peer_the_policy_refuses_gets_no_byte_of_the_request() -> None:
         await asyncio.sleep(0.1)
         assert origin.requests == []  # connected, then closed before the request was written
         # The same origin under a policy that allows loopback is served.
-        assert await fetch(engine, route, "/0/fine") == b"fine"
+        assert await fetch(engine, checked(route, OwnAddresses()), "/0/fine") == b"fine"
 
 
 @pytest.mark.asyncio
 async def test_the_proxys_own_address_is_refused_whatever_the_policy() -> None:
     async with running(limits()) as (engine, route, origin):
-        check_with(engine, OwnAddresses.of([ListenAddress(HOST, origin.port)]))
+        own = OwnAddresses.of([ListenAddress(HOST, origin.port)])
         with pytest.raises(DestinationRefused, match="this proxy's own address"):
-            await fetch(engine, route, "/0/loop")
+            await fetch(engine, checked(route, own), "/0/loop")
         assert origin.requests == []

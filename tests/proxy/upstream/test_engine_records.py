@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from labkit.pki import OriginPKI
+from reshape.features.telemetry.engine_metrics import EngineMetrics
+from reshape.features.tls_records.rules import SizedRecords
 from reshape.policy.schema import TlsRecordKnobs
 from reshape.upstream.engine import Engine, Route
 from reshape.upstream.pool import PoolKey, PoolLimits
@@ -75,11 +77,11 @@ async def run(knobs: TlsRecordKnobs | None, tmp_path: Path, bodies: list[int]) -
         await asyncio.gather(pump(reader, up_writer, True), pump(up_reader, writer, False))
 
     relay = await asyncio.start_server(tap, TAP, 0)
-    engine = Engine(pki.ca_cert_path)
+    engine = Engine(pki.ca_cert_path, EngineMetrics())
     engine.start()
     limits = PoolLimits(1, 10, 5.0, math.inf, 0, False)
     key = PoolKey("https", TAP, relay.sockets[0].getsockname()[1], ORIGIN)
-    route = Route(key, limits, 5.0, 5.0, "p", "-", records=knobs)
+    route = Route(key, limits, 5.0, 5.0, "p", "-", records=SizedRecords(knobs) if knobs else None)
     try:
         for size in bodies:
             request = UpstreamRequest(
