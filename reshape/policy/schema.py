@@ -61,6 +61,12 @@ class UpstreamKnobs:
         minimum=0,
         maximum=64,
     )
+    pipeline_stall_timeout: float = knob(
+        2.0,
+        doc="Seconds requests pipelined behind a response wait while it makes no progress; "
+        "then they go again on other connections, and this one closes after that response.",
+        minimum=0.001,
+    )
     connect_timeout: float = knob(
         10.0, doc="Seconds to open a connection (TCP and TLS) to an origin.", minimum=0.001
     )

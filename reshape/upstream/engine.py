@@ -109,6 +109,9 @@ class Route:
     # Whose connections these are: None, everyone's (the shared pool); otherwise one client
     # connection's own, closed by `release` when it goes.
     owner: str | None = None
+    # HTTP/1.1 pipelining: how long requests behind a response wait while it makes no progress
+    # before they go again elsewhere.
+    pipeline_stall_timeout: float = 2.0
 
     @property
     def pool_id(self) -> PoolId:
@@ -199,6 +202,13 @@ class ConnectionRecord:
             self.pool.requests_unanswered(
                 self.conn_id, waiter_ids, self.engine.now(), never_sent=never_sent
             ),
+        )
+
+    def out_of_turn(self) -> None:
+        self.engine.observer.out_of_turn()
+        log.warning(
+            "%s sent data while no request was outstanding: connection closed",
+            _describe(self.pool.key),
         )
 
     def max_streams_changed(self, max_streams: int) -> None:
@@ -480,7 +490,8 @@ class Engine:
                 await asyncio.wait_for(h2_upstream.settings_received.wait(), SETTINGS_WAIT)
             proto, max_streams = Proto.H2, h2_upstream.max_streams
         else:
-            record.upstream = H1Upstream(wire, record)
+            stall = route.pipeline_stall_timeout if route is not None else 2.0
+            record.upstream = H1Upstream(wire, record, stall_timeout=stall)
             proto, max_streams = Proto.H1, 1
         self.observer.connection_opened(
             proto.value, tls.session_reused if tls is not None else None

@@ -81,9 +81,17 @@ class H1Response:
 
 
 class H1Upstream:
-    def __init__(self, wire: Wire, listener: ConnectionListener) -> None:
+    def __init__(
+        self, wire: Wire, listener: ConnectionListener, *, stall_timeout: float = 2.0
+    ) -> None:
         self.wire = wire
         self.listener = listener
+        # Requests pipelined behind a response that makes no progress this long go elsewhere.
+        self.stall_timeout = stall_timeout
+        self._progress = 0  # reads that brought data, for the stall watch
+        self._stall_watch: asyncio.TimerHandle | None = None
+        # Requests were taken off this connection's pipeline: it closes after the front one.
+        self._stalled = False
         self.reader = http1.ResponseReader()
         self.line: collections.deque[H1Response] = collections.deque()
         self._events: collections.deque[http1.Event] = collections.deque()
@@ -92,11 +100,20 @@ class H1Upstream:
         self.requests_sent = 0
         self._broken: UpstreamError | None = None
         wire.on_close = self._closed_while_idle
+        wire.on_idle_data = self._out_of_turn
 
     def _closed_while_idle(self) -> None:
-        # The origin closed (or sent bytes) while nothing was in flight: never hand it out again.
+        # The origin closed while nothing was in flight: never hand it out again.
         if not self.line:
             self._lost(UpstreamError("closed by the origin while idle"))
+
+    def _out_of_turn(self) -> None:
+        """The origin sent data while no request was outstanding (an unsolicited or duplicated
+        response): the connection is out of step, and whatever it sends next could be handed to
+        the wrong request. It closes; nothing it sent is delivered."""
+        if not self.line and not self.closed:
+            self.listener.out_of_turn()
+            self._lost(UpstreamError("the origin sent data while no request was outstanding"))
 
     async def exchange(self, waiter_id: int, request: UpstreamRequest) -> H1Response:
         if self.closed or self.wire.has_data_or_eof and not self.line:
@@ -127,9 +144,12 @@ class H1Upstream:
             raise self._unanswered(
                 response, "connection closed before the request was sent", never_sent=True
             )
+        self.wire.on_idle_data = None  # from now on, data is this request's response
         self.line.append(response)
         if len(self.line) == 1:
             response.turn.set()
+        elif self._stall_watch is None:
+            self._watch_stall(self._progress)
         self.reader.expect(request.method)
         self.requests_sent += 1
         try:
@@ -214,6 +234,11 @@ class H1Upstream:
                 self._broken = UpstreamError(str(e))
             if data is None:
                 return None
+            if data:
+                # The origin answered: whatever happens next, this request reached it, so it is
+                # never sent again (an invalid response is an answer, and a 502).
+                response.started = True
+                self._progress += 1
             try:
                 self._events.extend(self.reader.receive_data(data))
             except http1.ProtocolError as e:
@@ -226,16 +251,54 @@ class H1Upstream:
         response.started = True
         return event
 
+    def _watch_stall(self, seen: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._stall_watch = loop.call_later(self.stall_timeout, self._check_stall, seen)
+
+    def _check_stall(self, seen: int) -> None:
+        """Requests wait behind the front response: if the origin sent nothing for it since
+        `seen` (and nothing it sent is still waiting to be read), they go again elsewhere (they
+        are idempotent: only such requests are pipelined), and this connection, whose answers to
+        them would still come, closes after the front one."""
+        self._stall_watch = None
+        if self.closed or len(self.line) < 2:
+            return
+        if self._progress != seen or self._events or self.wire.has_data:
+            # The origin sent something since, or what it sent waits for a slow client: the
+            # origin is not the one stalling.
+            self._watch_stall(self._progress)
+            return
+        behind = [r for r in list(self.line)[1:] if not r.started and not r.abandoned]
+        for response in behind:
+            self.line.remove(response)
+            response.error = Unanswered("pipelined behind a response that stalled")
+            response.turn.set()
+        self._stalled = True
+        if behind:
+            log.warning(
+                "a pipelined response stalled for %g s: %d requests behind it go elsewhere",
+                self.stall_timeout,
+                len(behind),
+            )
+            self.listener.unanswered([r.waiter_id for r in behind])
+
     def _finished(self, response: H1Response) -> None:
         assert self.line and self.line[0] is response
         self.line.popleft()
-        reusable = response.keep_alive and not self.closed
+        reusable = response.keep_alive and not self.closed and not self._stalled
         if self.line and self.line[0].abandoned:
             self.listener.request_done(response.waiter_id, reusable)
             self._lost(UpstreamError("a client abandoned its pipelined response"), graceful=True)
             return
         if self.line:
             self.line[0].turn.set()
+        elif reusable and (self._events or self.wire.has_data):
+            # More than the response came before any other request was sent: out of turn.
+            self.listener.request_done(response.waiter_id, False)
+            self._out_of_turn()
+            return
+        else:
+            self.wire.on_idle_data = self._out_of_turn
         self.listener.request_done(response.waiter_id, reusable)
         if not reusable:
             # Requests pipelined behind a response that said `Connection: close` were expected
@@ -268,6 +331,9 @@ class H1Upstream:
             return
         self._lost_reported = True
         self.closed = True
+        if self._stall_watch is not None:
+            self._stall_watch.cancel()
+            self._stall_watch = None
         answered = []
         for response in self.line:
             if response.started:

@@ -39,6 +39,10 @@ class EngineObserver:
         """The engine's connections now (connecting ones included), and the most to any one
         destination host."""
 
+    def out_of_turn(self) -> None:
+        """An HTTP/1.1 origin sent data while no request was outstanding (its connection
+        closes; nothing of it is delivered)."""
+
     def pipelining_disabled(self) -> None:
         """An origin broke a pipeline: it is no longer pipelined to."""
 

@@ -51,8 +51,10 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-# How often one request may be sent before a lost connection fails it instead of sending it
-# again: a request that keeps killing connections must not loop forever.
+# How often one idempotent request may be sent before a lost connection fails it instead of
+# sending it again (a request that kills connections must not loop). Only requests that got no
+# byte of an answer go again (RFC 9110 §9.2.2): one the origin answered at all, even with garbage,
+# never does (reshape/upstream/h1.py marks it answered).
 MAX_ATTEMPTS = 3
 
 

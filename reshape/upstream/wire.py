@@ -61,6 +61,9 @@ class Wire(asyncio.Protocol):
         self._writable.set()
         self._reading_paused = False
         self.on_close: Callable[[], None] | None = None
+        # Set by the connection's owner while it expects nothing from the peer: called (once)
+        # when data arrives anyway.
+        self.on_idle_data: Callable[[], None] | None = None
 
     @classmethod
     async def open(
@@ -135,6 +138,9 @@ class Wire(asyncio.Protocol):
             self._chunks.append(data)
             self._buffered += len(data)
             self._readable.set()
+            idle_data, self.on_idle_data = self.on_idle_data, None
+            if idle_data is not None:
+                idle_data()
             if self._buffered > HIGH_WATER and not self._reading_paused and self.transport:
                 self.transport.pause_reading()
                 self._reading_paused = True
@@ -190,6 +196,10 @@ class Wire(asyncio.Protocol):
     @property
     def alpn(self) -> str | None:
         return self.tls.alpn if self.tls is not None else None
+
+    @property
+    def has_data(self) -> bool:
+        return bool(self._chunks)
 
     @property
     def has_data_or_eof(self) -> bool:

@@ -89,6 +89,7 @@ def route(
         limits=limits_of(knobs),
         connect_timeout=knobs.connect_timeout,
         read_timeout=knobs.read_timeout,
+        pipeline_stall_timeout=knobs.pipeline_stall_timeout,
         policy=policy_name,
         arm=arm,
         peer_check=PeerRules(policy.destinations, own) if own is not None else None,

@@ -39,6 +39,9 @@ class EngineMetrics(EngineObserver):
         metrics.upstream_connections_active.set(active)
         metrics.upstream_connections_per_host_max.set(most_per_host)
 
+    def out_of_turn(self) -> None:
+        metrics.upstream_out_of_turn_total.inc()
+
     def pipelining_disabled(self) -> None:
         metrics.pipelining_disabled_total.inc()
 

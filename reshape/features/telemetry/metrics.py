@@ -150,6 +150,11 @@ upstream_tls_handshakes_total = Counter(
     "TLS handshakes with origins, by whether an earlier session was resumed.",
     ["resumed"],
 )
+upstream_out_of_turn_total = Counter(
+    "reshape_upstream_out_of_turn",
+    "HTTP/1.1 origin connections closed because the origin sent data while no request was "
+    "outstanding (an unsolicited response); nothing of it was delivered.",
+)
 pipelining_disabled_total = Counter(
     "reshape_upstream_pipelining_disabled",
     "Origins found to break HTTP/1.1 pipelining (no longer pipelined to).",
