@@ -518,7 +518,9 @@ class HostPool:
         `graceful`: the origin announced the close (`Connection: close` on its last response),
         or the driver closed it for a client that abandoned its response, so requests pipelined
         behind were expected to go unanswered: that neither counts as an attempt nor as
-        breaking pipelining."""
+        breaking pipelining. Neither does the keep-alive race: the one request on a reused
+        HTTP/1.1 connection finding it closed by the origin (RFC 9112 §9.3.1, as browsers
+        retry it)."""
         conn = self._conns.get(conn_id)
         if conn is None:
             return []
@@ -526,7 +528,8 @@ class HostPool:
             return self._connect_failed(conn, now)
         del self._conns[conn_id]
         lost = set(unanswered) & conn.in_flight.keys()
-        if graceful:
+        keep_alive_race = conn.proto is Proto.H1 and len(conn.in_flight) == 1 and conn.served > 1
+        if graceful or keep_alive_race:
             for waiter_id in lost:
                 conn.in_flight[waiter_id].attempts -= 1
         elif conn.proto is Proto.H1 and len(conn.in_flight) >= 2 and lost:
