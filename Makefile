@@ -11,7 +11,7 @@ POLICY ?= reshape/policy/default.yaml
 CONFDIR ?= $(HOME)/.reshape
 PYTEST_ARGS ?=
 
-.PHONY: run test check lint venv report-deps test-deps system-deps lock clean lab-plt lab-booster
+.PHONY: run test check lint venv report-deps test-deps system-deps lock clean lab-plt lab-booster mitmproxy-suite
 
 # The proxy in the foreground (Ctrl-C stops it): the README's quick start. Its pid is in
 # CONFDIR/reshape.pid (kill -HUP reloads the policy).
@@ -63,6 +63,15 @@ lint: $(VENV)/.test-installed
 # (hypercorn origins, Chromium). Results go to bench/RESULTS.md and bench/plots/.
 lab-plt lab-booster: lab-%: test-deps
 	$(BIN)/python bench/lab run $*
+
+# mitmproxy's own test suite with reshape's patches installed (tests/mitmproxy_suite/): needs a
+# checkout of mitmproxy at the pinned release, e.g. `git clone -b v12.2.3 https://github.com/
+# mitmproxy/mitmproxy`, whose test/ is not in the wheel: make mitmproxy-suite MITMPROXY_SRC=...
+MITMPROXY_SRC ?=
+mitmproxy-suite: $(VENV)/.test-installed
+	@test -n "$(MITMPROXY_SRC)" || { echo "make mitmproxy-suite: set MITMPROXY_SRC to a mitmproxy checkout"; exit 2; }
+	cd $(MITMPROXY_SRC) && PYTHONPATH=$(CURDIR) $(CURDIR)/$(BIN)/python -m pytest -q -p no:cacheprovider \
+	  -p tests.mitmproxy_suite.reshape_patches -o asyncio_mode=auto test/mitmproxy/proxy test/mitmproxy/test_http.py
 
 # Re-resolve the pins in pyproject.toml into the lock files (needs the package registry).
 lock:
