@@ -29,8 +29,8 @@ from prometheus_client import REGISTRY
 import reshape.features.telemetry.metrics  # noqa: F401  (registers every reshape metric)
 from labkit.origins import Origin, nginx_origin
 from labkit.pki import OriginPKI
-from tests.conftest import StartProxy
-from tests.prometheus import Prometheus
+from tests.support.prometheus import Prometheus
+from tests.support.reshape_process import StartProxy
 
 DASHBOARD_DIR = Path(__file__).resolve().parents[1] / "dashboards"
 DASHBOARDS = sorted(DASHBOARD_DIR.glob("*.json"))

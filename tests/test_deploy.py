@@ -21,7 +21,7 @@ from ruamel.yaml import YAML
 from reshape.app.config import RunConfig
 from reshape.cli import _parser, run_config
 from reshape.features.client_access.addon import client_allowed
-from tests.conftest import REPO, RESHAPE
+from tests.support.reshape_process import REPO, RESHAPE
 from tests.system.test_deploy_checks import image_environment
 
 DEPLOY = REPO / "deploy"

@@ -27,7 +27,8 @@ from reshape.features.telemetry import metrics
 from reshape.policy.chooser import PolicyChooser
 from reshape.policy.loader import parse_policy_text
 from reshape.policy.reload import PolicyHolder
-from tests.conftest import REPO, StartProxy, curl_via_proxy
+from tests.support.clients import curl_via_proxy
+from tests.support.reshape_process import REPO, StartProxy
 
 STRICT = """\
 version: 1

@@ -18,7 +18,7 @@ import pytest
 from labkit.origins import nginx_origin
 from labkit.pki import OriginPKI
 from labkit.relay import Relay, RelayThread, relays
-from tests.conftest import RunningProxy, StartProxy
+from tests.support.reshape_process import RunningProxy, StartProxy
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,9 @@ from labkit.origins import Origin
 from reshape.features.proxy_auth.addon import ProxyAuthentication, parse_basic
 from reshape.features.proxy_auth.users import Users, hash_password, save_users
 from reshape.features.telemetry import metrics
-from tests.conftest import REPO, RESHAPE, StartProxy, curl_via_proxy, free_port
-from tests.scripted_origins import ScriptedOrigin
+from tests.support.clients import curl_via_proxy
+from tests.support.reshape_process import REPO, RESHAPE, StartProxy, free_port
+from tests.support.scripted_origins import ScriptedOrigin
 
 PASSWORD = "open sesame"
 

@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 from labkit.origins import Origin, nginx_origin
 from labkit.pki import OriginPKI
 from reshape.features.split_requests.addon import SplitRequests
-from tests.conftest import RunningProxy, StartProxy
+from tests.support.reshape_process import RunningProxy, StartProxy
 
 GAP = 0.05
 CURL = "curl/8.5.0"

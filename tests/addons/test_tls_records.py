@@ -29,7 +29,7 @@ from labkit.sites import Site, build_multi_origin_site
 from reshape.features.tls_records.addon import TlsRecords
 from reshape.policy.chooser import PolicyChooser
 from reshape.policy.loader import parse_policy_text
-from tests.conftest import StartProxy
+from tests.support.reshape_process import StartProxy
 
 MB = 1_048_576
 BIG = 3 * MB

@@ -11,7 +11,7 @@ from bench.capacity_metrics import Samples
 from bench.capacity_report import SEARCH, ConfigResult, StepSummary, capacity_table
 from bench.capacity_search import CapacitySearch
 from bench.capacity_users import PageOutcome, StepPlan, StepResult
-from tests.bench.helpers import run_quick
+from tests.support.quick_bench import run_quick
 
 CONFIG_LABELS = (
     "direct, 2/user",

@@ -7,7 +7,7 @@ import pytest
 
 from bench.overhead_loadgen import LoadgenError, LoadResult, go_binary
 from bench.overhead_report import Measurement, table_rows
-from tests.bench.helpers import run_quick
+from tests.support.quick_bench import run_quick
 
 
 def _result(rps: float, p50: float, p99: float, errors: int = 0) -> LoadResult:

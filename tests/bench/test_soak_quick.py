@@ -9,7 +9,7 @@ import pytest
 
 from bench.overhead_loadgen import LoadgenError, LoadResult, go_binary
 from bench.soak_report import HEADING, Sample, section, verdict
-from tests.bench.helpers import run_quick
+from tests.support.quick_bench import run_quick
 
 MIB = 1024 * 1024
 

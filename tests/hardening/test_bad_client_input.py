@@ -15,9 +15,9 @@ import pytest
 
 from labkit.origins import nginx_origin
 from labkit.pki import OriginPKI
-from tests.conftest import StartProxy
-from tests.hardening.clients import WellBehavedClient, exchange, read_response, status_of
-from tests.hardening.faulty_origins import FaultyOrigin
+from tests.support.clients import WellBehavedClient, exchange, read_response, status_of
+from tests.support.faulty_origins import FaultyOrigin
+from tests.support.reshape_process import StartProxy
 
 HEADER_TIMEOUT = 1.0
 MAX_HEAD = 64 * 1024

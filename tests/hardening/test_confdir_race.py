@@ -22,7 +22,8 @@ import pytest
 from labkit.pki import OriginPKI
 from reshape.app.authority import init_ca, load_ca
 from reshape.upstream.trust import write_trust_bundle
-from tests.conftest import REPO, RESHAPE, free_port, http_get
+from tests.support.clients import http_get
+from tests.support.reshape_process import REPO, RESHAPE, free_port
 
 PROCESSES = 6
 ROUNDS = 25

@@ -21,13 +21,13 @@ import httpx
 import pytest
 
 from labkit.pki import OriginPKI
-from tests.conftest import RunningProxy, StartProxy
-from tests.hardening.faulty_origins import (
+from tests.support.faulty_origins import (
     CUT_DECLARED,
     Backlog,
     FaultyOrigin,
     unreachable_address,
 )
+from tests.support.reshape_process import RunningProxy, StartProxy
 
 TIMEOUTS = "{connect_timeout: 1, read_timeout: 1, idle_timeout: 1}"
 POLICIES = {

@@ -39,8 +39,8 @@ from reshape.mitm.addons import proxy_addons
 from reshape.mitm.patches import Patches
 from reshape.mitm.patches.origin_connect_timeout import OriginConnectTimeout
 from reshape.mitm.patches.origin_first_byte_timeout import OriginFirstByteTimeout
-from tests.hardening.faulty_origins import Backlog, FaultyOrigin
-from tests.scripted_origins import ScriptedOrigin
+from tests.support.faulty_origins import Backlog, FaultyOrigin
+from tests.support.scripted_origins import ScriptedOrigin
 
 CONNECT_TIMEOUT = 0.5
 READ_TIMEOUT = 1.0

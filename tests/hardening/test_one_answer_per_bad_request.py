@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import StartProxy
-from tests.hardening.clients import exchange
-from tests.hardening.faulty_origins import FaultyOrigin
+from tests.support.clients import exchange
+from tests.support.faulty_origins import FaultyOrigin
+from tests.support.reshape_process import StartProxy
 
 POLICIES = {
     "direct": "version: 1\ndefault: p\npolicies:\n  p: {}\n",

@@ -12,7 +12,7 @@ from labkit.browser import load_page
 from labkit.origins import hypercorn_origin, nginx_origin
 from labkit.pki import OriginPKI
 from labkit.sites import Site, build_multi_origin_site
-from tests.conftest import StartProxy
+from tests.support.reshape_process import StartProxy
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, RESHAPE, StartProxy, free_port
+from tests.support.reshape_process import REPO, RESHAPE, StartProxy, free_port
 
 
 def reshape(*args: str, cwd: Path = REPO, timeout: float = 60) -> subprocess.CompletedProcess[str]:

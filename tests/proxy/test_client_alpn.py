@@ -16,7 +16,7 @@ import pytest
 
 from labkit.origins import Origin, nginx_origin
 from labkit.pki import OriginPKI
-from tests.conftest import StartProxy
+from tests.support.reshape_process import StartProxy
 
 BODY = b"x" * 4096
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from labkit.origins import Origin, nginx_origin
-from tests.conftest import RunningProxy, StartProxy
+from tests.support.reshape_process import RunningProxy, StartProxy
 
 BODY = b"y" * 5000
 CLIENTS = 4

@@ -16,7 +16,7 @@ from reshape.base.errors import UsageError
 from reshape.features.request_log.addon import RequestLogFile, RequestRecords, record
 from reshape.policy.chooser import PolicyChooser
 from reshape.policy.loader import parse_policy_text
-from tests.conftest import StartProxy
+from tests.support.reshape_process import StartProxy
 
 POLICY = parse_policy_text("version: 1\ndefault: a\npolicies: {a: {}}\n", Path("p.yaml"))
 

@@ -15,8 +15,9 @@ import pytest
 
 from labkit.origins import Origin, hypercorn_origin, nginx_origin
 from labkit.pki import OriginPKI
-from tests.conftest import RunningProxy, StartProxy, http_get
-from tests.scripted_origins import SlowOrigin
+from tests.support.clients import http_get
+from tests.support.reshape_process import RunningProxy, StartProxy
+from tests.support.scripted_origins import SlowOrigin
 
 BODY = bytes(range(256)) * 4096  # 1 MiB, every byte value
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from labkit.origins import Origin, nginx_origin
-from tests.conftest import RunningProxy, StartProxy, http_get
+from tests.support.clients import http_get
+from tests.support.reshape_process import RunningProxy, StartProxy
 
 
 @pytest.fixture

@@ -25,8 +25,9 @@ import pytest
 
 from labkit.browser import load_page
 from labkit.pki import OriginPKI
-from tests.conftest import RssPeak, RunningProxy, StartProxy
-from tests.trailer_origin import COOKIE, TrailerOrigin, body_sha256
+from tests.support.memory import RssPeak
+from tests.support.reshape_process import RunningProxy, StartProxy
+from tests.support.trailer_origin import COOKIE, TrailerOrigin, body_sha256
 
 HOST = "127.0.0.7"
 SIZE = 300_000  # above Telemetry's 64 KB: the body streams through the proxy

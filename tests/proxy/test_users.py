@@ -23,7 +23,7 @@ from reshape.features.proxy_auth.users import (
     save_users,
     users_for_run,
 )
-from tests.conftest import REPO, RESHAPE
+from tests.support.reshape_process import REPO, RESHAPE
 
 # Cheap scrypt parameters: the tests are about the logic, not the cost.
 CHEAP = {"n": 16, "r": 1, "p": 1}

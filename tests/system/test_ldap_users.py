@@ -18,7 +18,7 @@ import ldap3
 import pytest
 
 from reshape.features.onboarding.addon import ONBOARDING_HOST
-from tests.conftest import REPO, RESHAPE, StartProxy, free_port
+from tests.support.reshape_process import REPO, RESHAPE, StartProxy, free_port
 
 SLAPD = "/usr/sbin/slapd"
 SUFFIX = "dc=example,dc=org"

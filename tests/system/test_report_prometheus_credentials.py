@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from reshape.features.onboarding.addon import ONBOARDING_HOST
-from tests.conftest import REPO, RESHAPE, StartProxy, free_port
+from tests.support.reshape_process import REPO, RESHAPE, StartProxy, free_port
 
 PROMETHEUS = "/usr/bin/prometheus"
 NGINX = "/usr/sbin/nginx"

@@ -21,7 +21,7 @@ from reshape.policy.chooser import (
 )
 from reshape.policy.loader import parse_policy_text
 from reshape.policy.reload import PolicyHolder
-from tests.conftest import StartProxy
+from tests.support.reshape_process import StartProxy
 
 COOKIE_POLICY = parse_policy_text(
     textwrap.dedent(

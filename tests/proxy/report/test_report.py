@@ -19,7 +19,7 @@ from reshape.report import build_report
 from reshape.report.charts import write_plots
 from reshape.report.sources import parse_duration
 from reshape.report.text import text_report
-from tests.conftest import REPO, RESHAPE, free_port
+from tests.support.reshape_process import REPO, RESHAPE, free_port
 
 
 def write_log(path: Path, arms: dict[str, tuple[str, float]], per_arm: int, seed: int) -> None:

@@ -23,8 +23,8 @@ import httpx
 import pytest
 
 from labkit.origins import Origin, nginx_origin
-from tests.conftest import REPO, RESHAPE, StartProxy
-from tests.prometheus import Prometheus
+from tests.support.prometheus import Prometheus
+from tests.support.reshape_process import REPO, RESHAPE, StartProxy
 
 USERS = 80
 REQUESTS_PER_USER = 2

@@ -17,8 +17,9 @@ import pytest
 from labkit.origins import hypercorn_origin, nginx_origin
 from labkit.pki import OriginPKI
 from labkit.relay import RelayThread, relays
-from tests.conftest import RssPeak, RunningProxy, StartProxy
-from tests.scripted_origins import PipelineBreakingOrigin, SlowOrigin
+from tests.support.memory import RssPeak
+from tests.support.reshape_process import RunningProxy, StartProxy
+from tests.support.scripted_origins import PipelineBreakingOrigin, SlowOrigin
 
 RESOURCES = 60
 BROWSERS = 10

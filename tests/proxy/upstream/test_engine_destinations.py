@@ -14,7 +14,7 @@ from reshape.base.addresses import ListenAddress
 from reshape.features.destinations.rules import OwnAddressBook, OwnAddresses, PeerRules
 from reshape.policy.schema import DestinationKnobs
 from reshape.upstream.engine import DestinationRefused, Route
-from tests.proxy.upstream.inprocess import HOST, fetch, limits, running
+from tests.support.inprocess_engine import HOST, fetch, limits, running
 
 DENY_LOOPBACK = DestinationKnobs(loopback="deny")
 

@@ -12,7 +12,7 @@ import contextlib
 
 import pytest
 
-from tests.proxy.upstream.inprocess import body, fetch, get, limits, running, settled
+from tests.support.inprocess_engine import body, fetch, get, limits, running, settled
 
 
 @pytest.mark.asyncio

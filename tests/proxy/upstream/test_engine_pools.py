@@ -11,7 +11,7 @@ import pytest
 from reshape.upstream.engine import Engine, Route
 from reshape.upstream.pool import PoolKey
 from reshape.upstream.types import UpstreamError, UpstreamRequest
-from tests.proxy.upstream.inprocess import (
+from tests.support.inprocess_engine import (
     HOST,
     DelayingOrigin,
     body,

@@ -18,7 +18,7 @@ from reshape.policy.schema import TlsRecordKnobs
 from reshape.upstream.engine import Engine, Route
 from reshape.upstream.pool import PoolKey, PoolLimits
 from reshape.upstream.types import UpstreamRequest
-from tests.proxy.upstream.inprocess import body
+from tests.support.inprocess_engine import body
 
 ORIGIN = "127.0.0.93"
 TAP = "127.0.0.94"

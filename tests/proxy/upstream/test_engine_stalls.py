@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.proxy.upstream.inprocess import body, fetch, get, limits, running
+from tests.support.inprocess_engine import body, fetch, get, limits, running
 
 
 @pytest.mark.asyncio

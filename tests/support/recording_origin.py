@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 
 from labkit.pki import IssuedCert
-from tests.scripted_origins import ScriptedOrigin
+from tests.support.scripted_origins import ScriptedOrigin
 
 
 class RecordingOrigin(ScriptedOrigin):

@@ -1,14 +1,50 @@
-"""Clients for the hardening tests: raw bytes on a socket, and a well-behaved client that keeps
-asking (in a thread) while the tests misbehave, to show everyone else is still served."""
+"""Clients for the tests: urllib and curl for whole requests, raw bytes on a socket, and a
+well-behaved client that keeps asking (in a thread) while a test misbehaves, to show everyone else
+is still served."""
 
 from __future__ import annotations
 
 import contextlib
 import http.client
 import socket
+import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from typing import Self
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def curl_via_proxy(proxy: str, url: str, *extra: str) -> tuple[str, str]:
+    """(status, body): the response's status, or for https:// the CONNECT's status if not 200."""
+    result = subprocess.run(
+        [
+            "curl",
+            "--silent",
+            "--max-time",
+            "20",
+            "--proxy",
+            proxy,
+            "--write-out",
+            "|||%{http_code} %{http_connect}",
+            *extra,
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    body, _, codes = result.stdout.rpartition("|||")
+    status, connect = codes.split()
+    return (connect if connect not in ("000", "200") else status), body
 
 
 def exchange(host: str, port: int, data: bytes, timeout: float = 10.0) -> bytes:

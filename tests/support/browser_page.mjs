@@ -2,7 +2,7 @@
 // user sees: status, text, links, images and SVGs with their rendered sizes; optionally a
 // full-page screenshot and the files that clicking given links downloads.
 //
-// Driven by tests/system/browser_page.py: a JSON request on stdin, one JSON line on stdout.
+// Driven by tests/support/browser_page.py: a JSON request on stdin, one JSON line on stdout.
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import free_port, http_get
+from tests.support.clients import http_get
+from tests.support.reshape_process import free_port
 
 PROMETHEUS = "/usr/bin/prometheus"
 

@@ -30,7 +30,7 @@ import h2.events
 import h11
 
 from labkit.pki import IssuedCert
-from tests.scripted_origins import ScriptedOrigin
+from tests.support.scripted_origins import ScriptedOrigin
 
 CUT_DECLARED = 100_000
 CUT_SENT = 1_000

@@ -2,7 +2,8 @@
 
 nginx cannot be told to send trailers, and hypercorn sends them only over HTTP/2 and only to
 requests with `te: trailers`; this origin sends them always. It runs on its own event-loop thread
-(like tests/scripted_origins.py), plain HTTP/1.1, or HTTPS offering h2 and/or HTTP/1.1 by ALPN.
+(like tests/support/scripted_origins.py), plain HTTP/1.1, or HTTPS offering h2 and/or HTTP/1.1 by
+ALPN.
 
 Paths:
 - `/trailers?size=N[&length=1][&trailers=0]`: N bytes of `body_bytes(N)` ending with
@@ -28,7 +29,7 @@ import h2.exceptions
 import h11
 
 from labkit.pki import IssuedCert
-from tests.scripted_origins import ScriptedOrigin
+from tests.support.scripted_origins import ScriptedOrigin
 
 Fields = list[tuple[bytes, bytes]]
 
