@@ -1,5 +1,5 @@
 """Failing origins, both paths (mitmproxy's own connections: policy {}; the shared pool:
-upstream {}), for what tests/proxy/upstream/test_engine.py does not cover already (GOAWAY, broken
+upstream {}), for what tests/system/upstream/test_engine.py does not cover already (GOAWAY, broken
 pipelines, queue 503s): connection refused, connect and first-byte timeouts, responses cut
 mid-body, HTTP/2 RST_STREAM, a POST whose connection dies unanswered. Then many clients at once,
 some leaving early: each gets its own response, and the proxy's open files return to where they
