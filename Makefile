@@ -11,7 +11,7 @@ POLICY ?= reshape/policy/default.yaml
 CONFDIR ?= $(HOME)/.reshape
 PYTEST_ARGS ?=
 
-.PHONY: run test check lint venv report-deps test-deps system-deps lock clean lab-plt lab-booster
+.PHONY: run test unit check lint venv report-deps test-deps system-deps lock clean lab-plt lab-booster
 
 # The proxy in the foreground (Ctrl-C stops it): the README's quick start. Its pid is in
 # CONFDIR/reshape.pid (kill -HUP reloads the policy).
@@ -53,6 +53,10 @@ test-deps: $(VENV)/.test-installed system-deps $(BIN)/h2spec
 
 test: test-deps lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The unit tests alone: no network, no process (tests/unit/conftest.py), well under a minute.
+unit: $(VENV)/.test-installed
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check reshape labkit tests bench
