@@ -63,10 +63,10 @@ lint: $(VENV)/.test-installed
 	$(BIN)/mypy
 	$(BIN)/lint-imports  # the architecture's import rules (.importlinter, docs/architecture.md)
 
-# The lab's full experiments (long: see `bench/lab list`); they need the test dependencies
+# The lab's full experiments (long: see `python -m bench.lab list`); they need the test dependencies
 # (hypercorn origins, Chromium). Results go to bench/RESULTS.md and bench/plots/.
 lab-plt lab-booster: lab-%: test-deps
-	$(BIN)/python bench/lab run $*
+	$(BIN)/python -m bench.lab run $*
 
 # Re-resolve the pins in pyproject.toml into the lock files (needs the package registry).
 lock:

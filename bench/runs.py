@@ -1,7 +1,8 @@
-"""What every bench run shares: its entry point, its output options, its work directory, the
-machine it ran on, and its section of bench/RESULTS.md.
+"""What every bench run shares: the project's virtualenv (`use_repo_venv`, for each suite's
+__main__), its entry point, its output options, its work directory, the machine it ran on, and its
+section of bench/RESULTS.md.
 
-bench/overhead, bench/queueing, bench/capacity and bench/ttfb each name themselves once
+bench/overhead, bench/queueing, bench/capacity, bench/soak and bench/ttfb each name themselves once
 (`Bench("overhead")`) and get from it their messages, their `main` (SIGTERM unwinds like Ctrl-C,
 an expected failure is one "FAILED: …" line and exit status 1), their work directory and the
 check for servers left running; the options, the machine's facts, tool versions and the
@@ -19,6 +20,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -26,14 +28,33 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.overhead_peers import accepts
-
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+REPO = Path(__file__).resolve().parents[1]
+VENV = REPO / ".venv"
+RESULTS = REPO / "bench" / "RESULTS.md"
 RESULTS_HEADER = """# Benchmark results
 
 Each section is written by the benchmark named in its title and replaced whole when that benchmark
 runs again; edit the benchmark, not its section.
 """
+
+
+def use_repo_venv(module: str) -> None:
+    """Re-executes `python -m <module>` with the project's virtualenv unless this is it: a bench
+    needs its pinned packages and the tools it installs (reshape, mitmdump, hypercorn)."""
+    if Path(sys.prefix).resolve() == VENV.resolve():
+        return
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        sys.exit(f"{module}: {python} is missing; run `make venv` first")
+    os.execv(python, [str(python), "-m", module, *sys.argv[1:]])
+
+
+def accepts(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 class WorkdirError(Exception):
@@ -42,7 +63,7 @@ class WorkdirError(Exception):
 
 @dataclass(frozen=True)
 class Bench:
-    """One benchmark, by the name of its executable under bench/ (`overhead` for bench/overhead)."""
+    """One benchmark, by the name of its package under bench/ (`overhead` for bench/overhead/)."""
 
     name: str
 
@@ -62,7 +83,7 @@ class Bench:
         `command` is the command line as run, for the RESULTS.md section.
         """
         args = parse_args(argv)
-        command = shlex.join([f"bench/{self.name}", *argv])
+        command = shlex.join(["python", "-m", f"bench.{self.name}", *argv])
         # Proxies and origins run in sessions of their own, out of reach of a signal to ours: on
         # SIGTERM, unwind like on Ctrl-C so that every context manager stops what it started.
         signal.signal(signal.SIGTERM, _exit_on_signal)

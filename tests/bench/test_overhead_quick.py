@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.overhead_loadgen import LoadgenError, LoadResult, go_binary
-from bench.overhead_report import Measurement, table_rows
+from bench.loadgen.runner import LoadgenError, LoadResult, go_binary
+from bench.overhead.report import Measurement, table_rows
 from tests.support.quick_bench import run_quick
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.queueing_report import Run, marks, rows, table
+from bench.queueing.report import Run, marks, rows, table
 from tests.support.quick_bench import run_quick
 
 CONFIG_LABELS = (

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.overhead_loadgen import LoadgenError, LoadResult, go_binary
-from bench.soak_report import HEADING, Sample, section, verdict
+from bench.loadgen.runner import LoadgenError, LoadResult, go_binary
+from bench.soak.report import HEADING, Sample, section, verdict
 from tests.support.quick_bench import run_quick
 
 MIB = 1024 * 1024
@@ -88,7 +88,7 @@ def test_the_section_states_the_verdict_and_figures() -> None:
         samples,
         connections=500,
         duration=180,
-        command="bench/soak --connections 500 --duration 180",
+        command="python -m bench.soak --connections 500 --duration 180",
         facts={"cores (nproc)": "2"},
         notes=["a note"],
     )

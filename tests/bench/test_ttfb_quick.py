@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.ttfb_browser import PageTiming
-from bench.ttfb_link import MSS, SegmentLink, SegmentRelay
-from bench.ttfb_report import HEADING, Row, table
+from bench.ttfb.browser import PageTiming
+from bench.ttfb.link import MSS, SegmentLink, SegmentRelay
+from bench.ttfb.report import HEADING, Row, table
 from tests.support.quick_bench import run_quick
 
 
