@@ -8,7 +8,6 @@ when the body raises. A proxy that does not come up raises `ProxyStartError` car
 from __future__ import annotations
 
 import contextlib
-import datetime
 import os
 import pwd
 import re
@@ -26,10 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import NameOID
+import trustme
 
 from bench.runs import accepts
 
@@ -334,44 +330,10 @@ def squid(workdir: Path, origin_ca: Path, binary: SquidBinary) -> Iterator[Runni
 
 def _write_bump_ca(cert_path: Path) -> None:
     """An RSA CA for squid's generated certificates; the key goes next to it as .key."""
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "reshape bench squid CA")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    ca = trustme.CA(organization_name="reshape bench squid", key_type=trustme.KeyType.RSA)
+    ca.cert_pem.write_to_path(str(cert_path))
     key_path = cert_path.with_suffix(".key")
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    ca.private_key_pem.write_to_path(str(key_path))
     key_path.chmod(0o600)
 
 
