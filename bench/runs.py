@@ -20,13 +20,14 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from labkit.processes import accepts
 
 REPO = Path(__file__).resolve().parents[1]
 VENV = REPO / ".venv"
@@ -47,14 +48,6 @@ def use_repo_venv(module: str) -> None:
     if not python.exists():
         sys.exit(f"{module}: {python} is missing; run `make venv` first")
     os.execv(python, [str(python), "-m", module, *sys.argv[1:]])
-
-
-def accepts(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 class WorkdirError(Exception):

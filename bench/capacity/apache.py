@@ -13,7 +13,6 @@ import functools
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -21,12 +20,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.overhead.peers import ProxyStartError, free_port, service, tail
+from labkit import processes
+from labkit.processes import ProcessStartError
 
 APACHE = Path("/usr/sbin/apache2")
 MODULES = Path("/usr/lib/apache2/modules")
 # The user Debian's envvars runs the children as; root may not serve (prefork setuid()s to it).
 RUN_USER = "www-data"
+START_TIMEOUT = 60.0
 
 
 class ApacheError(RuntimeError):
@@ -150,32 +151,34 @@ def apache(
     env = envvars(workdir)
     with contextlib.ExitStack() as stack:
         for attempt in range(3):
-            port = free_port(host)
+            port = processes.free_port(host)
             conf = workdir / "apache2.conf"
             conf.write_text(config(root.resolve(), host, port, settings))
             argv = [str(APACHE), "-f", str(conf), "-DFOREGROUND"]
             ready = functools.partial(_ready, workdir, host, port)
             try:
                 process = stack.enter_context(
-                    service("apache2", argv, workdir, is_ready=ready, env=env)
+                    processes.running(
+                        "apache2",
+                        argv,
+                        log=workdir / "apache2.log",
+                        logs=[workdir / "log" / "error.log"],
+                        is_ready=ready,
+                        timeout=START_TIMEOUT,
+                        cwd=workdir,
+                        env=env,
+                    )
                 )
                 break
-            except ProxyStartError as error:
-                log = tail(workdir / "log" / "error.log")
-                if attempt < 2 and "Address already in use" in f"{error}{log}":
+            except ProcessStartError as error:
+                if attempt < 2 and "Address already in use" in str(error):
                     continue
-                raise ApacheError(f"{error}\n{log}") from error
+                raise ApacheError(str(error)) from error
         yield RunningApache(host, port, process.pid)
 
 
 def _ready(workdir: Path, host: str, port: int) -> bool:
-    if not (workdir / "apache2.pid").exists():
-        return False
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
+    return (workdir / "apache2.pid").exists() and processes.accepts(host, port)
 
 
 def _readable_by(user: str, root: Path, workdir: Path) -> None:

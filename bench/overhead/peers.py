@@ -1,39 +1,35 @@
 """The forward proxies bench/overhead compares, each started on loopback and always stopped.
 
-Every proxy is a subprocess in its own process group, started with its logs in a work directory
-and stopped (SIGTERM, then SIGKILL to the whole group) on the way out of its context manager, also
-when the body raises. A proxy that does not come up raises `ProxyStartError` carrying its output.
+Every proxy is a subprocess in its own process group (labkit/processes.py), started with its logs
+in a work directory and stopped (SIGTERM, then SIGKILL to the whole group) on the way out of its
+context manager, also when the body raises. A proxy that does not come up raises `ProxyStartError`
+carrying its output.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pwd
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import trustme
 
-from bench.runs import accepts
+from labkit import processes
+from labkit.processes import ProcessStartError
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
 START_TIMEOUT = 60.0
-STOP_TIMEOUT = 10.0
-_TAIL_LINES = 40
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # Debian's squid drops privileges to this user when started as root.
 SQUID_USER = "proxy"
@@ -45,7 +41,7 @@ SSL_BUMP = "ssl-bump"
 TUNNELLED = "tunnel, no interception"
 
 
-class ProxyStartError(RuntimeError):
+class ProxyStartError(ProcessStartError):
     """A proxy did not come up; the message carries the tail of its output."""
 
 
@@ -76,66 +72,6 @@ class SquidBinary:
         return self.certgen is not None
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@contextmanager
-def service(
-    name: str,
-    argv: list[str],
-    workdir: Path,
-    *,
-    is_ready: Callable[[], bool],
-    env: dict[str, str] | None = None,
-) -> Iterator[subprocess.Popen[bytes]]:
-    """Runs `argv` until the block ends; returns once `is_ready()`; output in workdir/NAME.log."""
-    log = workdir / f"{name}.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            cwd=workdir,
-            env=env,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while not is_ready():
-            status = process.poll()
-            if status is not None:
-                raise ProxyStartError(
-                    f"{name} exited with status {status} before it was ready\n"
-                    f"  command: {' '.join(argv)}\n{tail(log)}"
-                )
-            if time.monotonic() > deadline:
-                raise ProxyStartError(
-                    f"{name} was not ready within {START_TIMEOUT:.0f}s\n"
-                    f"  command: {' '.join(argv)}\n{tail(log)}"
-                )
-            time.sleep(0.05)
-        yield process
-    finally:
-        stop(process)
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the leader, then SIGKILL to whatever is left of its process group; reaps it."""
-    if process.poll() is None:
-        process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(STOP_TIMEOUT)
-    # Helpers and workers the leader forked are in its group, even after it exited.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-
-
 def group_cpu_seconds(pgid: int) -> float:
     """User + system CPU time of the live processes in process group `pgid`, from /proc."""
     total_ticks = 0
@@ -151,12 +87,19 @@ def group_cpu_seconds(pgid: int) -> float:
     return total_ticks / _CLOCK_TICKS
 
 
-def tail(path: Path, lines: int = _TAIL_LINES) -> str:
-    try:
-        text = path.read_text(errors="replace").splitlines()[-lines:]
-    except FileNotFoundError:
-        return f"  ({path.name}: no output)"
-    return "\n".join(f"  {path.name}| {line}" for line in text) or f"  ({path.name}: empty)"
+def _running(
+    name: str, argv: list[str], workdir: Path, is_ready: Callable[[], bool]
+) -> AbstractContextManager[subprocess.Popen[bytes]]:
+    """The proxy `argv` until the block ends, its output in workdir/NAME.log."""
+    return processes.running(
+        name,
+        argv,
+        log=workdir / f"{name}.log",
+        is_ready=is_ready,
+        timeout=START_TIMEOUT,
+        error=ProxyStartError,
+        cwd=workdir,
+    )
 
 
 def _healthz_ok(url: str) -> bool:
@@ -172,7 +115,7 @@ def _healthz_ok(url: str) -> bool:
 @contextmanager
 def mitmdump(workdir: Path, origin_ca: Path) -> Iterator[RunningProxy]:
     """Plain mitmdump 12.2.3, no addons, intercepting https with a CA in workdir/confdir."""
-    port = free_port()
+    port = processes.free_port()
     confdir = workdir / "confdir"
     ca = confdir / "mitmproxy-ca-cert.pem"
     argv = [
@@ -187,8 +130,8 @@ def mitmdump(workdir: Path, origin_ca: Path) -> Iterator[RunningProxy]:
         "--set",
         f"confdir={confdir}",
     ]
-    with service(
-        "mitmdump", argv, workdir, is_ready=lambda: ca.exists() and accepts("127.0.0.1", port)
+    with _running(
+        "mitmdump", argv, workdir, lambda: ca.exists() and processes.accepts("127.0.0.1", port)
     ) as process:
         yield RunningProxy(f"http://127.0.0.1:{port}", ca, INTERCEPTED, (port,), process.pid)
 
@@ -198,7 +141,7 @@ def reshape(
     workdir: Path, origin_ca: Path, policy: Path, workers: int = 1
 ) -> Iterator[RunningProxy]:
     """`reshape run` with `policy`, ready once its admin endpoint answers /healthz with 200."""
-    port, admin = free_port(), free_port()
+    port, admin = processes.free_port(), processes.free_port()
     confdir = workdir / "confdir"
     binary = str(VENV_BIN / "reshape")
     init = subprocess.run(
@@ -230,7 +173,7 @@ def reshape(
         argv += ["--workers", str(workers)]
     healthz = f"http://127.0.0.1:{admin}/healthz"
     name = "reshape" if workers == 1 else f"reshape-w{workers}"
-    with service(name, argv, workdir, is_ready=lambda: _healthz_ok(healthz)) as process:
+    with _running(name, argv, workdir, lambda: _healthz_ok(healthz)) as process:
         yield RunningProxy(
             f"http://127.0.0.1:{port}",
             confdir / "mitmproxy-ca-cert.pem",
@@ -288,7 +231,7 @@ mime_table /usr/share/squid/mime.conf
 @contextmanager
 def squid(workdir: Path, origin_ca: Path, binary: SquidBinary) -> Iterator[RunningProxy]:
     """Squid with no cache and one worker; bumps https when `binary` can, else tunnels it."""
-    port = free_port()
+    port = processes.free_port()
     bump_ca: Path | None = None
     local_origin_ca = workdir / "origins-ca.pem"
     # Squid runs as SQUID_USER, who cannot read root's temporary directories.
@@ -314,8 +257,8 @@ def squid(workdir: Path, origin_ca: Path, binary: SquidBinary) -> Iterator[Runni
             os.chown(path, user.pw_uid, user.pw_gid)
     argv = [str(binary.path), "-N", "-f", str(conf)]
     try:
-        with service(
-            "squid", argv, workdir, is_ready=lambda: accepts("127.0.0.1", port)
+        with _running(
+            "squid", argv, workdir, lambda: processes.accepts("127.0.0.1", port)
         ) as process:
             yield RunningProxy(
                 f"http://127.0.0.1:{port}",
@@ -325,7 +268,7 @@ def squid(workdir: Path, origin_ca: Path, binary: SquidBinary) -> Iterator[Runni
                 process.pid,
             )
     except ProxyStartError as error:
-        raise ProxyStartError(f"{error}\n{tail(workdir / 'cache.log')}") from error
+        raise ProxyStartError(f"{error}\n{processes.log_tails([workdir / 'cache.log'])}") from error
 
 
 def _write_bump_ca(cert_path: Path) -> None:

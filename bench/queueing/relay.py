@@ -18,9 +18,7 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import selectors
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,6 +27,7 @@ from pathlib import Path
 
 import uvloop
 
+from labkit import processes
 from labkit.relay import Link, Relay
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,14 +79,13 @@ def relay_process(
         str(connect_delay),
     ]
     with log.open("w") as errors:
-        process = subprocess.Popen(
+        process = processes.spawn(
             argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=errors,
             text=True,
             cwd=REPO,
-            start_new_session=True,
         )
     try:
         assert process.stdout is not None
@@ -98,13 +96,8 @@ def relay_process(
     finally:
         with contextlib.suppress(OSError):
             if process.stdin is not None:
-                process.stdin.close()
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+                process.stdin.close()  # the relay's cue to stop
+        processes.stop(process, 5, ask=False)
 
 
 def _readline(process: subprocess.Popen[str], timeout: float) -> str:

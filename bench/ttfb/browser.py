@@ -9,29 +9,26 @@ TLS record that carried them.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.browser import (
-    BROWSER_PROJECT,
     CHROMIUM,
     CHROMIUM_FLAGS,
     PageLoadError,
     ensure_node_deps,
     proxy_flags,
+    run_driver,
     trust_cas,
 )
 
 FIRST_BYTES_MARK = "ttfb-first-bytes"
 _SHUTDOWN_GRACE = 20.0
 
-# Runs with the browser project as working directory, so that 'playwright-core' resolves there.
+# run_driver runs it in the browser project, where 'playwright-core' resolves.
 _DRIVER = r"""
 import { createHash } from 'node:crypto';
 import { chromium } from 'playwright-core';
@@ -124,12 +121,18 @@ def timed_load(
             "timeoutMs": round(timeout * 1000),
             "mark": FIRST_BYTES_MARK,
         }
-        output = _run_driver(request, {**os.environ, "HOME": str(home)}, timeout, profile)
+        stdout, stderr = run_driver(
+            ["--input-type=module", "-e", _DRIVER],
+            request,
+            {**os.environ, "HOME": str(home)},
+            profile,
+            timeout + _SHUTDOWN_GRACE,
+        )
     try:
-        result = json.loads(output.strip().splitlines()[-1])
+        result = json.loads(stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
         raise PageLoadError(
-            f"loading {url}: no result from the driver:\n{output[-2000:]}"
+            f"loading {url}: no result from the driver:\n{(stdout + stderr)[-2000:]}"
         ) from None
     if not result["ok"]:
         raise PageLoadError(f"loading {url} failed: {result['error']}")
@@ -147,44 +150,3 @@ def timed_load(
         html_end_ms=result["htmlEndMs"],
         load_ms=result["loadMs"],
     )
-
-
-def _run_driver(
-    request: dict[str, object], env: dict[str, str], timeout: float, profile: Path
-) -> str:
-    process = subprocess.Popen(
-        ["node", "--input-type=module", "-e", _DRIVER],
-        cwd=BROWSER_PROJECT,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = process.communicate(json.dumps(request), timeout=timeout + _SHUTDOWN_GRACE)
-        return output
-    except subprocess.TimeoutExpired:
-        raise PageLoadError(f"loading {request['url']} did not finish; browser killed") from None
-    finally:
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
-        _kill_browsers_using(profile)
-
-
-def _kill_browsers_using(profile: Path) -> None:
-    # Playwright starts Chromium in a process group of its own, which a killed node leaves behind.
-    marker = f"--user-data-dir={profile}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            arguments = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if marker in arguments:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(entry.name), signal.SIGKILL)

@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 
 from labkit.pki import OriginPKI
+from labkit.processes import free_port
 from reshape.app.authority import init_ca, load_ca
 from reshape.upstream.trust import write_trust_bundle
 from tests.support.clients import http_get
-from tests.support.reshape_process import REPO, RESHAPE, free_port
+from tests.support.reshape_process import REPO, RESHAPE
 
 PROCESSES = 6
 ROUNDS = 25

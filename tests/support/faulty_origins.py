@@ -30,6 +30,7 @@ import h2.events
 import h11
 
 from labkit.pki import IssuedCert
+from labkit.processes import free_port
 from tests.support.scripted_origins import ScriptedOrigin
 
 CUT_DECLARED = 100_000
@@ -173,10 +174,8 @@ async def _echo_id(path: str, query: dict[str, str]) -> bytes:
 
 
 def unreachable_address(host: str) -> tuple[str, int]:
-    """A port on `host` that refuses connections (bound, never listening)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return host, s.getsockname()[1]
+    """A port on `host` that refuses connections (nothing listens on it)."""
+    return host, free_port(host)
 
 
 class Backlog:

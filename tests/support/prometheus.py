@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from labkit import processes
 from tests.support.clients import http_get
-from tests.support.reshape_process import free_port
 
 PROMETHEUS = "/usr/bin/prometheus"
 
@@ -28,37 +26,28 @@ class Prometheus:
             f"  - job_name: reshape\n    static_configs: [{{targets: ['{target}']}}]\n"
         )
         self.log = tmp_path / "prometheus.log"
-        self.url = f"http://127.0.0.1:{free_port()}"
-        with self.log.open("wb") as log:
-            self.process = subprocess.Popen(
-                [
-                    PROMETHEUS,
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                    f"--web.listen-address={self.url.removeprefix('http://')}",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
+        self.url = f"http://127.0.0.1:{processes.free_port()}"
+        argv = [
+            PROMETHEUS,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address={self.url.removeprefix('http://')}",
+        ]
+        try:
+            self.process = processes.start(
+                "prometheus", argv, log=self.log, is_ready=self._ready, timeout=30
             )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and self.process.poll() is None:
-            try:
-                if http_get(f"{self.url}/-/ready", timeout=1)[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        pytest.fail(f"prometheus did not start:\n{self.log.read_text()}")
+        except processes.ProcessStartError as error:
+            pytest.fail(str(error))
+
+    def _ready(self) -> bool:
+        try:
+            return http_get(f"{self.url}/-/ready", timeout=1)[0] == 200
+        except OSError:
+            return False
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        processes.stop(self.process)
 
     def api(self, path: str, **params: str | list[str]) -> dict[str, Any]:
         """GET /api/v1/`path`; {"status": "error", "error": ...} for a refused query."""

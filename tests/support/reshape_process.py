@@ -4,28 +4,21 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from labkit import processes
 from labkit.pki import OriginPKI
 from tests.support.clients import http_get
 
 REPO = Path(__file__).resolve().parents[2]
 RESHAPE = [sys.executable, "-m", "reshape"]
 START_TIMEOUT = 30.0
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -70,14 +63,12 @@ class RunningProxy:
         return self.log_path.read_text(errors="replace")
 
     def stop(self, timeout: float = 20.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            raise
+        """SIGTERM, and its exit status; one that has not exited within `timeout` seconds is
+        killed, with its workers, and fails the test."""
+        status = processes.stop(self.process, timeout)
+        if status == -signal.SIGKILL:
+            pytest.fail(f"reshape did not stop within {timeout:g} s of SIGTERM:\n{self.log()}")
+        return status
 
 
 StartProxy = Callable[..., RunningProxy]
@@ -97,8 +88,8 @@ class ReshapeLauncher:
         (fails the test if the process exits or does not get there within START_TIMEOUT)."""
         number = len(self.started)
         confdir = self.directory / f"conf{number}"
-        listen = f"127.0.0.1:{free_port()}"
-        admin = f"127.0.0.1:{free_port()}"
+        listen = f"127.0.0.1:{processes.free_port()}"
+        admin = f"127.0.0.1:{processes.free_port()}"
         log_path = self.directory / f"reshape{number}.log"
         args = [
             *RESHAPE,
@@ -115,31 +106,43 @@ class ReshapeLauncher:
             str(policy or REPO / "reshape" / "policy" / "default.yaml"),
             *extra,
         ]
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if not wait:
+            with log_path.open("wb") as log:
+                process = processes.spawn(
+                    args, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env
+                )
+            return self._started(RunningProxy(process, listen, admin, confdir, log_path))
+        try:
+            process = processes.start(
+                "reshape",
                 args,
-                stdout=log,
-                stderr=subprocess.STDOUT,
+                log=log_path,
+                is_ready=lambda: _healthy(admin),
+                timeout=START_TIMEOUT,
                 cwd=REPO,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env=env,
             )
-        running = RunningProxy(process, listen, admin, confdir, log_path)
+        except processes.ProcessStartError as error:
+            pytest.fail(str(error))
+        return self._started(RunningProxy(process, listen, admin, confdir, log_path))
+
+    def _started(self, running: RunningProxy) -> RunningProxy:
         self.started.append(running)
-        if wait:
-            deadline = time.monotonic() + START_TIMEOUT
-            while time.monotonic() < deadline:
-                if process.poll() is not None:
-                    pytest.fail(f"reshape exited with {process.returncode}:\n{running.log()}")
-                try:
-                    if http_get(f"http://{admin}/healthz", timeout=1)[0] == 200:
-                        return running
-                except OSError:
-                    pass
-                time.sleep(0.1)
-            pytest.fail(f"reshape did not become healthy:\n{running.log()}")
         return running
 
     def stop_all(self) -> None:
+        """Stops the proxies still running (one that will not stop fails the test), and what the
+        others left behind in their process groups."""
         for running in self.started:
             if running.process.poll() is None:
                 running.stop()
+            else:
+                processes.stop(running.process)
+
+
+def _healthy(admin: str) -> bool:
+    try:
+        return http_get(f"http://{admin}/healthz", timeout=1)[0] == 200
+    except OSError:
+        return False

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.reshape_process import REPO, RESHAPE, StartProxy, free_port
+from labkit.processes import free_port
+from tests.support.reshape_process import REPO, RESHAPE, StartProxy
 
 
 def reshape(*args: str, cwd: Path = REPO, timeout: float = 60) -> subprocess.CompletedProcess[str]:

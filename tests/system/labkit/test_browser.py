@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -11,6 +10,7 @@ import pytest
 from labkit.browser import PageLoadError, load_page, trust_cas
 from labkit.origins import Origin, hypercorn_origin, nginx_origin
 from labkit.pki import OriginPKI
+from labkit.processes import free_port
 from labkit.sites import Site, build_multi_origin_site
 
 
@@ -45,17 +45,10 @@ def page_origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Origin]:
     """A plain-HTTP origin for the failure cases."""
     root = tmp_path_factory.mktemp("pages")
     (root / "broken.html").write_text(
-        f'<!doctype html><img src="http://127.0.0.9:{_closed_port("127.0.0.9")}/gone.png">'
+        f'<!doctype html><img src="http://127.0.0.9:{free_port("127.0.0.9")}/gone.png">'
     )
     with nginx_origin(root, "127.0.0.6") as origin:
         yield origin
-
-
-def _closed_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @pytest.mark.browser
@@ -77,7 +70,7 @@ def test_untrusted_origin_ca_fails_visibly(site: Site, tmp_path: Path) -> None:
 
 @pytest.mark.browser
 def test_unreachable_page_fails_visibly() -> None:
-    url = f"http://127.0.0.7:{_closed_port('127.0.0.7')}/"
+    url = f"http://127.0.0.7:{free_port('127.0.0.7')}/"
     with pytest.raises(PageLoadError, match="ERR_CONNECTION_REFUSED"):
         load_page(url, proxy=None, trusted_cas=[], timeout=20)
 

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import hashlib
-import socket
 import ssl
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -12,6 +11,7 @@ import pytest
 
 from labkit.origins import Origin, OriginStartError, hypercorn_origin, nginx_origin
 from labkit.pki import IssuedCert, OriginPKI
+from labkit.processes import accepts
 from tests.unit.labkit.test_origins import BLOB
 
 OriginFactory = Callable[..., AbstractContextManager[Origin]]
@@ -34,14 +34,6 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _client(pki: OriginPKI, *, http2: bool) -> httpx.Client:
     return httpx.Client(http2=http2, verify=ssl.create_default_context(cafile=pki.ca_cert_path))
-
-
-def _accepts(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def test_nginx_http_serves_files_intact(root: Path) -> None:
@@ -113,9 +105,9 @@ def test_hypercorn_plain_http(root: Path) -> None:
 @pytest.mark.parametrize("origin_factory", [nginx_origin, hypercorn_origin])
 def test_stopped_on_exit_even_after_an_exception(root: Path, origin_factory: OriginFactory) -> None:
     with pytest.raises(KeyError), origin_factory(root, "127.0.0.7") as origin:
-        assert _accepts(origin.host, origin.port)
+        assert accepts(origin.host, origin.port)
         raise KeyError("body failed")
-    assert not _accepts(origin.host, origin.port)
+    assert not accepts(origin.host, origin.port)
 
 
 @pytest.mark.parametrize("origin_factory", [nginx_origin, hypercorn_origin])

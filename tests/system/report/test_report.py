@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.reshape_process import REPO, RESHAPE, free_port
+from labkit.processes import free_port
+from tests.support.reshape_process import REPO, RESHAPE
 from tests.unit.report.test_report import write_log
 
 

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from labkit.origins import Origin
+from labkit.processes import free_port
 from reshape.features.proxy_auth.users import Users, hash_password, save_users
 from tests.support.clients import curl_via_proxy
-from tests.support.reshape_process import REPO, RESHAPE, StartProxy, free_port
+from tests.support.reshape_process import REPO, RESHAPE, StartProxy
 from tests.support.scripted_origins import ScriptedOrigin
 from tests.unit.features.proxy_auth.test_addon import PASSWORD
 
