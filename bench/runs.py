@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,9 +77,7 @@ class Bench:
         """
         args = parse_args(argv)
         command = shlex.join(["python", "-m", f"bench.{self.name}", *argv])
-        # Proxies and origins run in sessions of their own, out of reach of a signal to ours: on
-        # SIGTERM, unwind like on Ctrl-C so that every context manager stops what it started.
-        signal.signal(signal.SIGTERM, _exit_on_signal)
+        unwind_on_sigterm()
         expected: tuple[type[Exception], ...] = (WorkdirError, *failures)
         try:
             return run(args, command)
@@ -133,6 +131,12 @@ class Bench:
             shutil.rmtree(path, ignore_errors=True)
 
 
+def unwind_on_sigterm() -> None:
+    """Proxies and origins run in sessions of their own, out of reach of a signal to ours: on
+    SIGTERM, unwind like on Ctrl-C, so that every context manager stops what it started."""
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+
+
 def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
@@ -143,6 +147,18 @@ def add_output_arguments(parser: argparse.ArgumentParser, figures: str) -> None:
     parser.add_argument("--results", type=Path, default=RESULTS, help="the RESULTS.md to update")
     parser.add_argument("--json", type=Path, help=f"also write every {figures}'s figures here")
     parser.add_argument("--workdir", type=Path, help="keep configs and logs here (default: temp)")
+
+
+def chosen_configs[T](
+    parser: argparse.ArgumentParser, names: str | None, configs: Mapping[str, T]
+) -> list[T]:
+    """The configurations a comma-separated --configs value names, in its order without repeats;
+    all of them if it is None; a usage error (exit 2) for a name not in `configs`."""
+    wanted = names.split(",") if names else list(configs)
+    unknown = sorted(set(wanted) - set(configs))
+    if unknown or not wanted:
+        parser.error(f"--configs: unknown {unknown}; choose from {','.join(configs)}")
+    return [configs[name] for name in dict.fromkeys(wanted)]
 
 
 def machine() -> dict[str, str]:
@@ -206,6 +222,17 @@ def replace_section(
     end = start.end() + following.start() if following else len(document)
     rest = document[end:]
     return document[: start.start()] + new_section + ("\n" + rest if rest else "")
+
+
+def publish(
+    args: argparse.Namespace, heading: str, section: str, *, header: str | None = RESULTS_HEADER
+) -> bool:
+    """Writes `section` into the --results file unless --no-record (the options
+    `add_output_arguments` adds); whether it did."""
+    if args.no_record:
+        return False
+    record(args.results, heading, section, header=header)
+    return True
 
 
 def record(

@@ -134,6 +134,31 @@ def load_page(
     `done_ms`; a string there is a failure the page reports. `resource_timing` returns the
     page's Resource Timing entries (the buffer is enlarged so none are dropped).
     """
+    stdout, stderr = drive_page_load(
+        [str(BROWSER_PROJECT / "load_page.mjs")],
+        url,
+        proxy=proxy,
+        trusted_cas=trusted_cas,
+        timeout=timeout,
+        bodies=bodies,
+        doneGlobal=done_global,
+        resourceTiming=resource_timing,
+    )
+    return _parse_result(url, stdout, stderr)
+
+
+def drive_page_load(
+    node_arguments: list[str],
+    url: str,
+    *,
+    proxy: str | None,
+    trusted_cas: list[Path],
+    timeout: float,
+    **options: object,
+) -> tuple[str, str]:
+    """(stdout, stderr) of a page-load driver (`run_driver`) given `url` in a fresh Chromium
+    profile whose NSS database trusts only `trusted_cas`, through `proxy` (None: direct). The
+    request it reads: url, executablePath, userDataDir, args, timeoutMs, and `options`."""
     ensure_node_deps()
     # A browser process killed late may still hold files in the profile; leftovers are harmless.
     with tempfile.TemporaryDirectory(
@@ -148,20 +173,11 @@ def load_page(
             "userDataDir": str(profile),
             "args": [*CHROMIUM_FLAGS, *proxy_flags(proxy)],
             "timeoutMs": round(timeout * 1000),
-            "bodies": bodies,
-            "doneGlobal": done_global,
-            "resourceTiming": resource_timing,
+            **options,
         }
         # Chromium reads its NSS database from $HOME/.pki/nssdb.
         env = {**os.environ, "HOME": str(home)}
-        stdout, stderr = run_driver(
-            [str(BROWSER_PROJECT / "load_page.mjs")],
-            request,
-            env,
-            profile,
-            timeout + _SHUTDOWN_GRACE,
-        )
-    return _parse_result(url, stdout, stderr)
+        return run_driver(node_arguments, request, env, profile, timeout + _SHUTDOWN_GRACE)
 
 
 @dataclass(frozen=True)

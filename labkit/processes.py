@@ -84,6 +84,21 @@ def start(
         process: subprocess.Popen[bytes] = spawn(
             argv, stdout=sink, stderr=subprocess.STDOUT, **popen
         )
+    wait_ready(name, process, is_ready=is_ready, timeout=timeout, logs=[log, *logs], error=error)
+    return process
+
+
+def wait_ready(
+    name: str,
+    process: subprocess.Popen[Any],
+    *,
+    is_ready: Callable[[], bool],
+    timeout: float = START_TIMEOUT,
+    logs: Sequence[Path] = (),
+    error: type[ProcessStartError] = ProcessStartError,
+) -> None:
+    """Returns once `is_ready()`; raises `error` (after stopping `process`) if it exits first or
+    is not ready within `timeout` seconds, with its command and the tails of its `logs`."""
     try:
         deadline = time.monotonic() + timeout
         while not is_ready():
@@ -95,11 +110,11 @@ def start(
             else:
                 time.sleep(_POLL_SECONDS)
                 continue
-            raise error(f"{name} {problem} ({' '.join(argv)}):\n{log_tails([log, *logs])}")
+            command = " ".join(map(str, process.args))
+            raise error(f"{name} {problem} ({command}):\n{log_tails(logs)}")
     except BaseException:
         stop(process)
         raise
-    return process
 
 
 @contextmanager

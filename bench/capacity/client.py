@@ -94,6 +94,17 @@ class PageLoad:
     def seconds(self) -> float:
         return self.finished - self.started
 
+    def problem(self, sizes: dict[str, int]) -> str | None:
+        """Why the page loaded wrong (a status other than 200, or a size not in `sizes`, by
+        path), or None."""
+        for fetch in self.fetches:
+            path = "/" + fetch.url.split("/", 3)[-1]
+            if fetch.status != 200:
+                return f"{path}: status {fetch.status}"
+            if sizes.get(path) != fetch.size:
+                return f"{path}: {fetch.size} bytes, expected {sizes.get(path)}"
+        return None
+
 
 def resources_of(html: str, base: str) -> list[str]:
     """The subresource URLs a page names (src= and href=, absolute or root-relative)."""

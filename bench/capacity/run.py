@@ -130,11 +130,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     runs.add_output_arguments(parser, figures="step")
     args = parser.parse_args(argv)
 
-    names = args.configs.split(",") if args.configs else list(CONFIGS)
-    unknown = sorted(set(names) - set(CONFIGS))
-    if unknown or not names:
-        parser.error(f"--configs: unknown {unknown}; choose from {','.join(CONFIGS)}")
-    args.configs = [CONFIGS[name] for name in dict.fromkeys(names)]
+    args.configs = runs.chosen_configs(parser, args.configs, CONFIGS)
     quick = args.quick
     args.start = args.start or (1 if quick else 2)
     args.max_steps = args.max_steps or (1 if quick else 9)
@@ -210,21 +206,20 @@ def _run(args: argparse.Namespace, command: str) -> int:
     busy = BENCH.still_accepting(addresses)
     if args.json:
         args.json.write_text(json.dumps([_as_json(r) for r in results], indent=2))
-    if not args.no_record:
-        runs.record(
-            args.results,
-            report.HEADING,
-            report.section(
-                heading=report.HEADING,
-                when=started.strftime("%Y-%m-%d %H:%M UTC"),
-                command=command,
-                setup=_setup_text(args, page),
-                tables=tables,
-                findings=findings,
-                notes=[*notes, *_explanations(args)],
-                facts={**facts, **_versions(apache_version)},
-            ),
-        )
+    if runs.publish(
+        args,
+        report.HEADING,
+        report.section(
+            heading=report.HEADING,
+            when=started.strftime("%Y-%m-%d %H:%M UTC"),
+            command=command,
+            setup=_setup_text(args, page),
+            tables=tables,
+            findings=findings,
+            notes=[*notes, *_explanations(args)],
+            facts={**facts, **_versions(apache_version)},
+        ),
+    ):
         say(f"recorded in {args.results}")
     return 1 if failed or busy else 0
 

@@ -19,7 +19,7 @@ import resource
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bench.capacity.client import Browser, FetchError, PageLoad
+from bench.capacity.client import Browser, FetchError
 from bench.capacity.procs import own_runqueue_seconds
 
 
@@ -89,17 +89,6 @@ class StepResult:
         return sorted({p.error for p in self.pages if p.error and not p.timed_out})[:3]
 
 
-def check(page: PageLoad, sizes: dict[str, int]) -> str | None:
-    """Why a loaded page is wrong (a status or a size), or None."""
-    for fetch in page.fetches:
-        path = "/" + fetch.url.split("/", 3)[-1]
-        if fetch.status != 200:
-            return f"{path}: status {fetch.status}"
-        if sizes.get(path) != fetch.size:
-            return f"{path}: {fetch.size} bytes, expected {sizes.get(path)}"
-    return None
-
-
 async def run_step(plan: StepPlan, probe: Callable[[], dict[str, float]] = dict) -> StepResult:
     """Runs one step; `probe()` is read at the start and the end of the window (differences)."""
     loop = asyncio.get_running_loop()
@@ -129,7 +118,7 @@ async def run_step(plan: StepPlan, probe: Callable[[], dict[str, float]] = dict)
                 await browser.close()
             else:
                 seconds = page.seconds
-                error = check(page, plan.sizes)
+                error = page.problem(plan.sizes)
                 requests = len(page.fetches)
                 retried = sum(1 for f in page.fetches if f.retried)
             if started >= window_start:

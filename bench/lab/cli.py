@@ -23,13 +23,13 @@ import datetime
 import json
 import os
 import shlex
-import signal
 import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from bench import runs
 from bench.lab.experiments import NAMES, Experiment, experiment
 from bench.lab.network import network
 from bench.lab.plot import write_pngs
@@ -44,11 +44,9 @@ from bench.lab.report import (
     booster_overview,
     booster_tables,
     heading,
-    machine,
     plt_charts,
     plt_overview,
     plt_tables,
-    record,
     section,
 )
 from bench.lab.runner import run_loads
@@ -59,7 +57,6 @@ from labkit.origins import OriginStartError
 from labkit.relay import Link, relays
 
 REPO = Path(__file__).resolve().parents[2]
-RESULTS = REPO / "bench" / "RESULTS.md"
 PLOTS = REPO / "bench" / "plots"
 
 
@@ -91,7 +88,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     report.add_argument("--no-record", action="store_true", help="do not write RESULTS.md")
     for command in (run, report):
         command.add_argument(
-            "--results", type=Path, default=RESULTS, help="the results file to update"
+            "--results", type=Path, default=runs.RESULTS, help="the results file to update"
         )
         command.add_argument(
             "--plots", type=Path, help=f"where PNG plots go (default {_rel(PLOTS)})"
@@ -110,9 +107,7 @@ def main(argv: Sequence[str]) -> int:
             print(f"{name}: {full.summary}.")
             print(f"    full: {_count(full)}; --quick: {_count(quick)}")
         return 0
-    # Origins and proxies run in sessions of their own, out of reach of a signal to ours: on
-    # SIGTERM, unwind like on Ctrl-C so that every context manager stops what it started.
-    signal.signal(signal.SIGTERM, _exit_on_signal)
+    runs.unwind_on_sigterm()
     if args.command == "report":
         return _publish(Run.from_json(json.loads(args.json.read_text())), args)
     try:
@@ -122,15 +117,11 @@ def main(argv: Sequence[str]) -> int:
         return 1
 
 
-def _exit_on_signal(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
 def _run(args: argparse.Namespace, command: str) -> int:
     chosen = experiment(args.name, quick=args.quick)
     if args.reps is not None:
         chosen = dataclasses.replace(chosen, reps=args.reps)
-    facts = machine()
+    facts = runs.machine()
     load = os.getloadavg()[0]
     if load > len(os.sched_getaffinity(0)) / 2:
         say(f"load average {load:.2f}: other work competes with the lab; compare within a run")
@@ -201,8 +192,7 @@ def _publish(run: Run, args: argparse.Namespace) -> int:
             page = path.stem.split("-", 2)[2]
             plots[page] = os.path.relpath(path.resolve(), args.results.resolve().parent)
         say(f"plots in {plots_dir}")
-    if not args.no_record:
-        record(args.results, heading(chosen.name), section(run, tables, plots, overview))
+    if runs.publish(args, heading(chosen.name), section(run, tables, plots, overview)):
         say(f"recorded in {args.results}")
     failed = sum(1 for load in run.loads if load.error is not None)
     if failed:

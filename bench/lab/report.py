@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import platform
-import re
 import subprocess
 import tempfile
 from collections import defaultdict
@@ -23,12 +21,6 @@ from bench.lab.runner import Cell, Load
 from bench.lab.sites import DESCRIPTIONS, HOSTS, Page, build_pages
 from bench.lab.stats import Summary, summarize
 from bench.runs import package_version
-
-RESULTS_HEADER = """# Benchmark results
-
-Each section is written by the benchmark named in its title and replaced whole when that benchmark
-runs again; edit the benchmark, not its section.
-"""
 
 
 @dataclass(frozen=True)
@@ -415,36 +407,6 @@ def section(run: Run, tables: dict[str, str], plots: dict[str, str], overview: s
     return "\n\n".join(parts) + "\n"
 
 
-def replace_section(document: str, title: str, new_section: str) -> str:
-    """`document` with the level-2 section `title` replaced by `new_section` (appended if absent);
-    every other byte stays."""
-    if not document.strip():
-        return RESULTS_HEADER + "\n" + new_section
-    start = re.search(rf"^{re.escape(title)}[ \t]*$", document, re.MULTILINE)
-    if start is None:
-        return document.rstrip("\n") + "\n\n" + new_section
-    following = re.search(r"^## ", document[start.end() :], re.MULTILINE)
-    end = start.end() + following.start() if following else len(document)
-    rest = document[end:]
-    return document[: start.start()] + new_section + ("\n" + rest if rest else "")
-
-
-def record(path: Path, title: str, new_section: str) -> None:
-    document = path.read_text() if path.exists() else ""
-    path.write_text(replace_section(document, title, new_section))
-
-
-def machine() -> dict[str, str]:
-    cpuinfo = _read("/proc/cpuinfo")
-    model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
-    return {
-        "cores (nproc)": str(len(os.sched_getaffinity(0))),
-        "CPU": model.group(1).strip() if model else platform.processor() or "unknown",
-        "kernel": f"{platform.system()} {platform.release()}",
-        "load average at start": " ".join(f"{v:.2f}" for v in os.getloadavg()),
-    }
-
-
 def versions() -> dict[str, str]:
     return {
         "Chromium": _first_line(["/usr/bin/chromium", "--version"]),
@@ -622,10 +584,3 @@ def _first_line(argv: list[str]) -> str:
         return f"unknown ({error})"
     lines = [line for line in (done.stdout + done.stderr).splitlines() if "unexpected" not in line]
     return lines[0].strip() if lines else "unknown"
-
-
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return ""

@@ -186,20 +186,19 @@ def _run(args: argparse.Namespace, command: str) -> int:
     busy = BENCH.still_accepting(addresses)
     if args.json:
         args.json.write_text(json.dumps([_as_json(m) for m in measurements], indent=2))
-    if not args.no_record:
-        runs.record(
-            args.results,
-            report.HEADING,
-            report.section(
-                when=started.strftime("%Y-%m-%d %H:%M UTC"),
-                command=command,
-                setup=_setup_text(args, squid),
-                machine_facts=machine_facts,
-                version_facts=report.versions(runner.go_binary(), squid.version if squid else None),
-                measurements=measurements,
-                notes=notes,
-            ),
-        )
+    if runs.publish(
+        args,
+        report.HEADING,
+        report.section(
+            when=started.strftime("%Y-%m-%d %H:%M UTC"),
+            command=command,
+            setup=_setup_text(args, squid),
+            machine_facts=machine_facts,
+            version_facts=report.versions(runner.go_binary(), squid.version if squid else None),
+            measurements=measurements,
+            notes=notes,
+        ),
+    ):
         say(f"recorded in {args.results}")
     return 1 if failed or busy else 0
 

@@ -59,7 +59,7 @@ async def run_load(plan: LoadPlan) -> LoadResult:
                     result.errors.append(str(error) or type(error).__name__)
                     await browser.close()
                     continue
-                wrong = _wrong(page.fetches, plan.sizes)
+                wrong = page.problem(plan.sizes)
                 if wrong:
                     result.errors.append(wrong)
                 result.fetches.extend(page.fetches)
@@ -79,13 +79,3 @@ async def run_load(plan: LoadPlan) -> LoadResult:
         raise crashed[0]  # a bug in the bench, not a slow server
     result.seconds = loop.time() - began
     return result
-
-
-def _wrong(fetches: list[Fetch], sizes: dict[str, int]) -> str | None:
-    for fetch in fetches:
-        path = "/" + fetch.url.split("/", 3)[-1]
-        if fetch.status != 200:
-            return f"{path}: status {fetch.status}"
-        if sizes.get(path) != fetch.size:
-            return f"{path}: {fetch.size} bytes, expected {sizes.get(path)}"
-    return None

@@ -123,11 +123,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     runs.add_output_arguments(parser, figures="run")
     args = parser.parse_args(argv)
 
-    names = args.configs.split(",") if args.configs else list(CONFIGS)
-    unknown = sorted(set(names) - set(CONFIGS))
-    if unknown or not names:
-        parser.error(f"--configs: unknown {unknown}; choose from {','.join(CONFIGS)}")
-    args.configs = [CONFIGS[name] for name in dict.fromkeys(names)]
+    args.configs = runs.chosen_configs(parser, args.configs, CONFIGS)
     try:
         args.rtts = sorted({float(v) for v in args.rtts.split(",")})
         low, high = (float(v) for v in args.pause.split(","))
@@ -214,24 +210,23 @@ def _run(args: argparse.Namespace, command: str) -> int:
     busy = BENCH.still_accepting(addresses)
     if args.json:
         args.json.write_text(json.dumps([asdict(run) for run in measured], indent=2, default=str))
-    if not args.no_record:
-        runs.record(
-            args.results,
-            HEADING,
-            capacity_report.section(
-                heading=HEADING,
-                when=started.strftime("%Y-%m-%d %H:%M UTC"),
-                command=command,
-                setup=_setup_text(args, page),
-                tables=[
-                    f"RTT {rtt * 1000:g} ms:\n\n{table}"
-                    for rtt, table in zip(args.rtts, tables, strict=True)
-                ],
-                findings=findings,
-                notes=[*notes, *report.EXPLANATIONS],
-                facts={**facts, **_versions()},
-            ),
-        )
+    if runs.publish(
+        args,
+        HEADING,
+        capacity_report.section(
+            heading=HEADING,
+            when=started.strftime("%Y-%m-%d %H:%M UTC"),
+            command=command,
+            setup=_setup_text(args, page),
+            tables=[
+                f"RTT {rtt * 1000:g} ms:\n\n{table}"
+                for rtt, table in zip(args.rtts, tables, strict=True)
+            ],
+            findings=findings,
+            notes=[*notes, *report.EXPLANATIONS],
+            facts={**facts, **_versions()},
+        ),
+    ):
         say(f"recorded in {args.results}")
     return 1 if failed or busy else 0
 

@@ -134,8 +134,7 @@ def _run(args: argparse.Namespace, command: str) -> int:
                 indent=1,
             )
         )
-    if not args.no_record:
-        runs.record(args.results, report.HEADING, text)
+    runs.publish(args, report.HEADING, text)
     return 0 if result.passed else 1
 
 

@@ -10,20 +10,10 @@ TLS record that carried them.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.browser import (
-    CHROMIUM,
-    CHROMIUM_FLAGS,
-    PageLoadError,
-    ensure_node_deps,
-    proxy_flags,
-    run_driver,
-    trust_cas,
-)
+from labkit.browser import PageLoadError, drive_page_load
 
 FIRST_BYTES_MARK = "ttfb-first-bytes"
 _SHUTDOWN_GRACE = 20.0
@@ -109,25 +99,14 @@ def timed_load(
 ) -> PageTiming:
     """Loads `url` through `proxy`; raises PageLoadError unless every response in `expected`
     (URL → sha256 of its body) arrived intact, with nothing else failing."""
-    ensure_node_deps()
-    with tempfile.TemporaryDirectory(prefix="reshape-ttfb-", ignore_cleanup_errors=True) as temp:
-        home, profile = Path(temp) / "home", Path(temp) / "profile"
-        trust_cas(home / ".pki" / "nssdb", [trusted_ca])
-        request = {
-            "url": url,
-            "executablePath": str(CHROMIUM),
-            "userDataDir": str(profile),
-            "args": [*CHROMIUM_FLAGS, *proxy_flags(proxy)],
-            "timeoutMs": round(timeout * 1000),
-            "mark": FIRST_BYTES_MARK,
-        }
-        stdout, stderr = run_driver(
-            ["--input-type=module", "-e", _DRIVER],
-            request,
-            {**os.environ, "HOME": str(home)},
-            profile,
-            timeout + _SHUTDOWN_GRACE,
-        )
+    stdout, stderr = drive_page_load(
+        ["--input-type=module", "-e", _DRIVER],
+        url,
+        proxy=proxy,
+        trusted_cas=[trusted_ca],
+        timeout=timeout,
+        mark=FIRST_BYTES_MARK,
+    )
     try:
         result = json.loads(stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):

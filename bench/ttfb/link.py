@@ -18,11 +18,12 @@ own socket buffer, which the relay drains as fast as loopback allows.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import time
 from dataclasses import dataclass
 
+from labkit.relay import Link, Relay, chunks
+
 MSS = 1448
-_READ_SIZE = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -32,58 +33,44 @@ class SegmentLink:
     down_delay: float  # seconds, proxy → browser
 
 
-class SegmentRelay:
-    """Accepts on `listen_host` (port `port` once started) and relays each connection to `target`
-    over `link`."""
+class SegmentRelay(Relay):
+    """A labkit relay (accepts on `listen_host`, relays each connection to `target`) whose
+    deliveries towards the browser go a segment at a time over the shared `link`."""
 
     def __init__(self, listen_host: str, target: tuple[str, int], link: SegmentLink) -> None:
-        self.listen_host = listen_host
-        self.target = target
-        self.link = link
-        self.port = 0
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        super().__init__(
+            listen_host, target, Link(up_delay=link.up_delay, down_delay=link.down_delay)
+        )
         self._down = _Link(link.down_rate)
 
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, self.listen_host, 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        pipes: list[asyncio.Task[None]] = []
-        target_writer: asyncio.StreamWriter | None = None
-        try:
-            try:
-                target_reader, target_writer = await asyncio.open_connection(*self.target)
-            except OSError:
-                return
-            pipes = [
-                asyncio.create_task(_pipe(reader, target_writer, self.link.up_delay, None)),
-                asyncio.create_task(_pipe(target_reader, writer, self.link.down_delay, self._down)),
-            ]
-            await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
-            await asyncio.gather(*pipes, return_exceptions=True)
-        finally:
-            for pipe in pipes:
-                pipe.cancel()
-            if target_writer is not None:
-                target_writer.close()
-            writer.close()
-            self._tasks.discard(task)
+    async def _deliver(
+        self,
+        queue: asyncio.Queue[tuple[float, bytes]],
+        writer: asyncio.StreamWriter,
+        rate: float | None,
+        upward: bool,
+        link: Link,
+    ) -> None:
+        if upward:  # only delayed
+            await super()._deliver(queue, writer, rate, upward, link)
+            return
+        sent_at = 0.0  # when this connection's previous piece finished crossing the link
+        async for due, data in chunks(queue, writer):
+            read_at = due - link.down_delay
+            for piece in (data[i : i + MSS] for i in range(0, len(data), MSS)):
+                # A piece is booked on the link once this connection's previous one has crossed
+                # it (so connections take turns), and arrives `down_delay` after it has been
+                # sent. Arrival times are scheduled, so a late wake-up does not add up.
+                sent_at = self._down.book(len(piece), max(read_at, sent_at))
+                wait = sent_at + link.down_delay - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                writer.write(piece)
+            await writer.drain()
 
 
 class _Link:
-    """One direction of the emulated link, shared by every connection through the relay."""
+    """The direction towards the browser, shared by every connection through the relay."""
 
     def __init__(self, rate: float) -> None:
         self.rate = rate
@@ -93,50 +80,3 @@ class _Link:
         """When `size` bytes, ready to go at `ready`, have been sent; books the link till then."""
         self.free_at = max(ready, self.free_at) + size / self.rate
         return self.free_at
-
-
-async def _pipe(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    delay: float,
-    link: _Link | None,
-) -> None:
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
-
-    async def deliver() -> None:
-        sent_at = 0.0  # when this connection's previous piece finished crossing the link
-        while True:
-            read_at, data = await queue.get()
-            if not data:
-                with contextlib.suppress(OSError):
-                    if writer.can_write_eof():
-                        writer.write_eof()
-                return
-            pieces = (
-                [data] if link is None else [data[i : i + MSS] for i in range(0, len(data), MSS)]
-            )
-            for piece in pieces:
-                # A piece is booked on the link once this connection's previous one has crossed
-                # it (so connections take turns), and arrives `delay` after it has been sent.
-                # Arrival times are scheduled, so a late wake-up does not add up.
-                ready = max(read_at, sent_at)
-                sent_at = ready if link is None else link.book(len(piece), ready)
-                wait = sent_at + delay - loop.time()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                writer.write(piece)
-            await writer.drain()
-
-    deliverer = asyncio.create_task(deliver())
-    try:
-        while True:
-            data = await reader.read(_READ_SIZE)
-            queue.put_nowait((loop.time(), data))
-            if not data:
-                break
-        await deliverer
-    except (ConnectionError, OSError):
-        writer.close()
-    finally:
-        deliverer.cancel()

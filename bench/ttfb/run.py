@@ -16,7 +16,6 @@ Run it as `python -m bench.ttfb` (see its `--help`).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import datetime
 import hashlib
@@ -40,7 +39,7 @@ from bench.ttfb.report import BASELINE, HEADING, Row, section, table
 from labkit.browser import CHROMIUM, PageLoadError
 from labkit.origins import OriginStartError, nginx_origin
 from labkit.pki import OriginPKI
-from labkit.relay import Link, RelayThread, relays
+from labkit.relay import Link, relays
 from labkit.sites import png
 
 BENCH = runs.Bench("ttfb")
@@ -139,15 +138,6 @@ def _proxy(config: str, workdir: Path, origin_ca: Path) -> AbstractContextManage
     return peers.reshape(workdir, origin_ca, policy)
 
 
-def _segment_relay(
-    stack: ExitStack, thread: RelayThread, target: tuple[str, int], link: SegmentLink
-) -> int:
-    relay = SegmentRelay("127.0.0.1", target, link)
-    asyncio.run_coroutine_threadsafe(relay.start(), thread.loop).result(10)
-    stack.callback(lambda: asyncio.run_coroutine_threadsafe(relay.stop(), thread.loop).result(10))
-    return relay.port
-
-
 def _run(args: argparse.Namespace, command: str) -> int:
     facts = runs.machine()
     busy = _busy_machine_notes()
@@ -189,7 +179,8 @@ def _run(args: argparse.Namespace, command: str) -> int:
                 ports["relay", config] = thread.add("127.0.0.1", target, link).port
             if "segments" in args.links:
                 segments = SegmentLink(down_rate=rate, up_delay=half_rtt, down_delay=half_rtt)
-                ports["segments", config] = _segment_relay(stack, thread, target, segments)
+                relay = thread.run(SegmentRelay("127.0.0.1", target, segments))
+                ports["segments", config] = relay.port
 
         def load(link: str, config: str) -> PageTiming:
             return timed_load(
@@ -234,20 +225,19 @@ def _run(args: argparse.Namespace, command: str) -> int:
     print(table(rows))
     if args.json:
         args.json.write_text(json.dumps(loads, indent=1) + "\n")
-    if not args.no_record:
-        runs.record(
-            args.results,
-            HEADING,
-            section(
-                when=started.strftime("%Y-%m-%d %H:%M UTC"),
-                command=command,
-                setup=_setup_text(args, page_bytes, total_bytes),
-                rows=rows,
-                notes="\n".join([_notes(rows, args.down_kbit), *busy]),
-                facts=facts,
-            ),
-            header=None,
-        )
+    if runs.publish(
+        args,
+        HEADING,
+        section(
+            when=started.strftime("%Y-%m-%d %H:%M UTC"),
+            command=command,
+            setup=_setup_text(args, page_bytes, total_bytes),
+            rows=rows,
+            notes="\n".join([_notes(rows, args.down_kbit), *busy]),
+            facts=facts,
+        ),
+        header=None,
+    ):
         say(f"recorded in {args.results}")
     return 1 if any(row.failures for row in rows) else 0
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from bench.lab.network import chain, policy_file, rtt_link
-from bench.lab.report import replace_section
 from bench.lab.sites import HOSTS, PAGES, build_pages
 from bench.lab.stats import median_interval, percentile, summarize
+from bench.runs import replace_section
 from labkit.relay import Link, Relay
 from tests.support.quick_bench import run_bench
 

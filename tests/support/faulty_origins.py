@@ -31,7 +31,7 @@ import h11
 
 from labkit.pki import IssuedCert
 from labkit.processes import free_port
-from tests.support.scripted_origins import ScriptedOrigin
+from tests.support.scripted_origins import ScriptedOrigin, h2_events, h2_server, h11_event
 
 CUT_DECLARED = 100_000
 CUT_SENT = 1_000
@@ -64,13 +64,10 @@ class FaultyOrigin(ScriptedOrigin):
         while True:
             request = None
             while True:  # one whole request, body included
-                event = connection.next_event()
-                if event is h11.NEED_DATA:
-                    data = await reader.read(65536)
-                    if not data:
-                        return
-                    connection.receive_data(data)
-                elif isinstance(event, h11.Request):
+                event = await h11_event(connection, reader)
+                if event is None:
+                    return
+                if isinstance(event, h11.Request):
                     request = event
                     self.seen.append((event.method.decode(), event.target.decode()))
                 elif isinstance(event, h11.EndOfMessage):
@@ -116,10 +113,7 @@ class FaultyOrigin(ScriptedOrigin):
             connection.start_next_cycle()
 
     async def _serve_h2(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        config = h2.config.H2Configuration(client_side=False, header_encoding=None)
-        connection = h2.connection.H2Connection(config)
-        connection.initiate_connection()
-        writer.write(connection.data_to_send())
+        connection = h2_server(writer)
         pending: set[asyncio.Task[None]] = set()
 
         async def answer(stream_id: int, path: str, query: dict[str, str]) -> None:
@@ -136,29 +130,20 @@ class FaultyOrigin(ScriptedOrigin):
                 connection.send_data(stream_id, ident, end_stream=True)
             writer.write(connection.data_to_send())
 
-        while True:
-            data = await reader.read(65536)
-            if not data:
-                return
-            for event in connection.receive_data(data):
-                if isinstance(event, h2.events.RequestReceived):
-                    headers = dict(event.headers)
-                    target = headers[b":path"]
-                    self.seen.append((headers[b":method"].decode(), target.decode()))
-                    path, query = _split(target)
-                    if path == "/reset":
-                        connection.reset_stream(
-                            event.stream_id, h2.errors.ErrorCodes.INTERNAL_ERROR
-                        )
-                    else:
-                        task = asyncio.create_task(answer(event.stream_id, path, query))
-                        pending.add(task)
-                        task.add_done_callback(pending.discard)
-                elif isinstance(event, h2.events.DataReceived):
-                    connection.acknowledge_received_data(
-                        event.flow_controlled_length, event.stream_id
-                    )
-            writer.write(connection.data_to_send())
+        async for event in h2_events(connection, reader, writer):
+            if isinstance(event, h2.events.RequestReceived):
+                headers = dict(event.headers)
+                target = headers[b":path"]
+                self.seen.append((headers[b":method"].decode(), target.decode()))
+                path, query = _split(target)
+                if path == "/reset":
+                    connection.reset_stream(event.stream_id, h2.errors.ErrorCodes.INTERNAL_ERROR)
+                else:
+                    task = asyncio.create_task(answer(event.stream_id, path, query))
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+            elif isinstance(event, h2.events.DataReceived):
+                connection.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
 
 
 def _split(target: bytes) -> tuple[str, dict[str, str]]:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.loadgen.runner import LoadgenError, go_binary
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -48,3 +50,11 @@ def run_quick(bench: str, tmp_path: Path, *options: str, timeout: float) -> Quic
     figures = tmp_path / "figures.json"
     argv = ["--quick", *options, "--results", str(results), "--json", str(figures)]
     return QuickRun(run_bench(bench, argv, timeout=timeout), results, figures)
+
+
+def skip_without_go() -> None:
+    """Skips the test when there is no Go toolchain to build bench/loadgen with."""
+    try:
+        go_binary()
+    except LoadgenError as error:
+        pytest.skip(str(error))

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,39 @@ class RunningProxy:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def healthy(self) -> bool:
+        """Whether /healthz answers 200 now."""
+        try:
+            return http_get(f"http://{self.admin}/healthz", timeout=1)[0] == 200
+        except OSError:
+            return False
+
+    def wait_healthy(self, timeout: float = START_TIMEOUT) -> None:
+        """Returns once /healthz answers 200; fails the test (with the log) if the process exits
+        first or does not get there within `timeout` seconds."""
+        try:
+            processes.wait_ready(
+                "reshape",
+                self.process,
+                is_ready=self.healthy,
+                timeout=timeout,
+                logs=[self.log_path],
+            )
+        except processes.ProcessStartError as error:
+            pytest.fail(str(error))
+
+    def settled_metrics(
+        self, name: str, label: str, expected: dict[str, float], timeout: float = 5.0
+    ) -> dict[str, float]:
+        """`name`'s samples by `label`, for each value in `expected`: once they equal it, or as
+        they are after `timeout` seconds (metrics of the last flows may still be on their way)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            counted = {value: self.metric(name, **{label: value}) for value in expected}
+            if counted == expected or time.monotonic() > deadline:
+                return counted
+            time.sleep(0.05)
+
     def stop(self, timeout: float = 20.0) -> int:
         """SIGTERM, and its exit status; one that has not exited within `timeout` seconds is
         killed, with its workers, and fails the test."""
@@ -83,11 +117,17 @@ class ReshapeLauncher:
         self.origin_pki = origin_pki
         self.started: list[RunningProxy] = []
 
-    def start(self, *extra: str, policy: Path | None = None, wait: bool = True) -> RunningProxy:
-        """`reshape run` with `extra` arguments; with `wait`, returns once /healthz answers 200
-        (fails the test if the process exits or does not get there within START_TIMEOUT)."""
+    def start(
+        self,
+        *extra: str,
+        policy: Path | None = None,
+        wait: bool = True,
+        confdir: Path | None = None,
+    ) -> RunningProxy:
+        """`reshape run` with `extra` arguments, its own confdir unless given one; with `wait`,
+        returns once /healthz answers 200 (see `RunningProxy.wait_healthy`)."""
         number = len(self.started)
-        confdir = self.directory / f"conf{number}"
+        confdir = confdir or self.directory / f"conf{number}"
         listen = f"127.0.0.1:{processes.free_port()}"
         admin = f"127.0.0.1:{processes.free_port()}"
         log_path = self.directory / f"reshape{number}.log"
@@ -106,26 +146,18 @@ class ReshapeLauncher:
             str(policy or REPO / "reshape" / "policy" / "default.yaml"),
             *extra,
         ]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        if not wait:
-            with log_path.open("wb") as log:
-                process = processes.spawn(
-                    args, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env
-                )
-            return self._started(RunningProxy(process, listen, admin, confdir, log_path))
-        try:
-            process = processes.start(
-                "reshape",
+        with log_path.open("wb") as log:
+            process = processes.spawn(
                 args,
-                log=log_path,
-                is_ready=lambda: _healthy(admin),
-                timeout=START_TIMEOUT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 cwd=REPO,
-                env=env,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
-        except processes.ProcessStartError as error:
-            pytest.fail(str(error))
-        return self._started(RunningProxy(process, listen, admin, confdir, log_path))
+        running = self._started(RunningProxy(process, listen, admin, confdir, log_path))
+        if wait:
+            running.wait_healthy()
+        return running
 
     def _started(self, running: RunningProxy) -> RunningProxy:
         self.started.append(running)
@@ -139,10 +171,3 @@ class ReshapeLauncher:
                 running.stop()
             else:
                 processes.stop(running.process)
-
-
-def _healthy(admin: str) -> bool:
-    try:
-        return http_get(f"http://{admin}/healthz", timeout=1)[0] == 200
-    except OSError:
-        return False

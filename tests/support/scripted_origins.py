@@ -10,8 +10,13 @@ import asyncio
 import contextlib
 import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Self
+
+import h2.config
+import h2.connection
+import h2.events
+import h11
 
 from labkit.pki import IssuedCert
 
@@ -86,6 +91,39 @@ class ScriptedOrigin:
             pass  # stopping: end quietly (asyncio logs a cancelled connection callback)
         finally:
             self._tasks.discard(task)
+
+
+async def h11_event(connection: h11.Connection, reader: asyncio.StreamReader) -> h11.Event | None:
+    """`connection`'s next event, reading from `reader` as it needs; None if the peer closed
+    first."""
+    while (event := connection.next_event()) is h11.NEED_DATA:
+        data = await reader.read(65536)
+        if not data:
+            return None
+        connection.receive_data(data)
+    return event
+
+
+def h2_server(writer: asyncio.StreamWriter) -> h2.connection.H2Connection:
+    """The server side of an HTTP/2 connection (bytes headers), its preface written."""
+    config = h2.config.H2Configuration(client_side=False, header_encoding=None)
+    connection = h2.connection.H2Connection(config)
+    connection.initiate_connection()
+    writer.write(connection.data_to_send())
+    return connection
+
+
+async def h2_events(
+    connection: h2.connection.H2Connection,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+) -> AsyncIterator[h2.events.Event]:
+    """Every event of `connection` until the peer closes; what the connection has to send after
+    each read's events is written."""
+    while data := await reader.read(65536):
+        for event in connection.receive_data(data):
+            yield event
+        writer.write(connection.data_to_send())
 
 
 class SlowOrigin(ScriptedOrigin):

@@ -29,7 +29,7 @@ import h2.exceptions
 import h11
 
 from labkit.pki import IssuedCert
-from tests.support.scripted_origins import ScriptedOrigin
+from tests.support.scripted_origins import ScriptedOrigin, h2_events, h2_server, h11_event
 
 Fields = list[tuple[bytes, bytes]]
 
@@ -149,21 +149,14 @@ class TrailerOrigin(ScriptedOrigin):
             writer.write(connection.send(h11.EndOfMessage(headers=trailers)) or b"")
             await writer.drain()
             while connection.their_state is not h11.DONE:
-                event = connection.next_event()
-                if event is h11.NEED_DATA:
-                    data = await reader.read(65536)
-                    if not data:
-                        return
-                    connection.receive_data(data)
+                if await h11_event(connection, reader) is None:
+                    return
             if connection.our_state is h11.MUST_CLOSE:
                 return
             connection.start_next_cycle()
 
     async def _serve_h2(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        config = h2.config.H2Configuration(client_side=False, header_encoding=None)
-        connection = h2.connection.H2Connection(config)
-        connection.initiate_connection()
-        writer.write(connection.data_to_send())
+        connection = h2_server(writer)
         window_open = asyncio.Event()
         streams: set[asyncio.Task[None]] = set()
 
@@ -201,29 +194,24 @@ class TrailerOrigin(ScriptedOrigin):
             await writer.drain()
 
         try:
-            while True:
-                data = await reader.read(65536)
-                if not data:
-                    return
-                for event in connection.receive_data(data):
-                    if isinstance(event, h2.events.RequestReceived):
-                        task = asyncio.create_task(respond(event.stream_id, list(event.headers)))
-                        streams.add(task)
-                        task.add_done_callback(streams.discard)
-                    elif isinstance(event, h2.events.DataReceived):
-                        connection.acknowledge_received_data(
-                            event.flow_controlled_length, event.stream_id
-                        )
-                    elif isinstance(
-                        event,
-                        (
-                            h2.events.WindowUpdated,
-                            h2.events.RemoteSettingsChanged,
-                            h2.events.StreamReset,
-                        ),
-                    ):
-                        window_open.set()  # a sender may go on (or find its stream gone)
-                writer.write(connection.data_to_send())
+            async for event in h2_events(connection, reader, writer):
+                if isinstance(event, h2.events.RequestReceived):
+                    task = asyncio.create_task(respond(event.stream_id, list(event.headers)))
+                    streams.add(task)
+                    task.add_done_callback(streams.discard)
+                elif isinstance(event, h2.events.DataReceived):
+                    connection.acknowledge_received_data(
+                        event.flow_controlled_length, event.stream_id
+                    )
+                elif isinstance(
+                    event,
+                    (
+                        h2.events.WindowUpdated,
+                        h2.events.RemoteSettingsChanged,
+                        h2.events.StreamReset,
+                    ),
+                ):
+                    window_open.set()  # a sender may go on (or find its stream gone)
         finally:
             for task in streams:
                 task.cancel()

@@ -12,7 +12,7 @@ import pytest
 from labkit.origins import Origin, OriginStartError, hypercorn_origin, nginx_origin
 from labkit.pki import IssuedCert, OriginPKI
 from labkit.processes import accepts
-from tests.unit.labkit.test_origins import BLOB
+from tests.unit.labkit.test_origins import BLOB, write_root
 
 OriginFactory = Callable[..., AbstractContextManager[Origin]]
 
@@ -24,12 +24,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> OriginPKI:
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("root")
-    (directory / "blob.bin").write_bytes(BLOB)
-    (directory / "style.css").write_text("body { color: red }\n")
-    (directory / "sub").mkdir()
-    (directory / "sub" / "index.html").write_text("<!doctype html><title>sub</title>\n")
-    return directory
+    return write_root(tmp_path_factory.mktemp("root"))
 
 
 def _client(pki: OriginPKI, *, http2: bool) -> httpx.Client:

@@ -11,14 +11,18 @@ from labkit.static_app import StaticFiles
 BLOB = random.Random(7).randbytes(300_000)
 
 
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("root")
+def write_root(directory: Path) -> Path:
+    """`directory` with the files the origins serve in these tests."""
     (directory / "blob.bin").write_bytes(BLOB)
     (directory / "style.css").write_text("body { color: red }\n")
     (directory / "sub").mkdir()
     (directory / "sub" / "index.html").write_text("<!doctype html><title>sub</title>\n")
     return directory
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_root(tmp_path_factory.mktemp("root"))
 
 
 def test_nginx_http2_without_tls_is_refused(root: Path) -> None:
