@@ -62,6 +62,7 @@ lint: $(VENV)/.test-installed
 	$(BIN)/ruff check reshape labkit tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports  # the architecture's import rules (.importlinter, docs/architecture.md)
+	$(BIN)/pylint bench labkit tests
 
 # The lab's full experiments (long: see `python -m bench.lab list`); they need the test dependencies
 # (hypercorn origins, Chromium). Results go to bench/RESULTS.md and bench/plots/.
