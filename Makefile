@@ -11,7 +11,7 @@ POLICY ?= reshape/policy/default.yaml
 CONFDIR ?= $(HOME)/.reshape
 PYTEST_ARGS ?=
 
-.PHONY: run test check lint venv report-deps test-deps system-deps lock clean lab-plt lab-booster mitmproxy-suite
+.PHONY: run test unit check lint venv report-deps test-deps system-deps lock clean lab-plt lab-booster mitmproxy-suite
 
 # The proxy in the foreground (Ctrl-C stops it): the README's quick start. Its pid is in
 # CONFDIR/reshape.pid (kill -HUP reloads the policy).
@@ -54,15 +54,20 @@ test-deps: $(VENV)/.test-installed system-deps $(BIN)/h2spec
 test: test-deps lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The unit tests alone: no network, no process (tests/unit/conftest.py), well under a minute.
+unit: $(VENV)/.test-installed
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check reshape labkit tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports  # the architecture's import rules (.importlinter, docs/architecture.md)
+	$(BIN)/pylint bench labkit tests
 
-# The lab's full experiments (long: see `bench/lab list`); they need the test dependencies
+# The lab's full experiments (long: see `python -m bench.lab list`); they need the test dependencies
 # (hypercorn origins, Chromium). Results go to bench/RESULTS.md and bench/plots/.
 lab-plt lab-booster: lab-%: test-deps
-	$(BIN)/python bench/lab run $*
+	$(BIN)/python -m bench.lab run $*
 
 # mitmproxy's own test suite with reshape's patches installed (tests/mitmproxy_suite/): needs a
 # checkout of mitmproxy at the pinned release, e.g. `git clone -b v12.2.3 https://github.com/

@@ -1,7 +1,8 @@
-"""What every bench run shares: its entry point, its output options, its work directory, the
-machine it ran on, and its section of bench/RESULTS.md.
+"""What every bench run shares: the project's virtualenv (`use_repo_venv`, for each suite's
+__main__), its entry point, its output options, its work directory, the machine it ran on, and its
+section of bench/RESULTS.md.
 
-bench/overhead, bench/queueing, bench/capacity and bench/ttfb each name themselves once
+bench/overhead, bench/queueing, bench/capacity, bench/soak and bench/ttfb each name themselves once
 (`Bench("overhead")`) and get from it their messages, their `main` (SIGTERM unwinds like Ctrl-C,
 an expected failure is one "FAILED: …" line and exit status 1), their work directory and the
 check for servers left running; the options, the machine's facts, tool versions and the
@@ -22,18 +23,31 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.overhead_peers import accepts
+from labkit.processes import accepts
 
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+REPO = Path(__file__).resolve().parents[1]
+VENV = REPO / ".venv"
+RESULTS = REPO / "bench" / "RESULTS.md"
 RESULTS_HEADER = """# Benchmark results
 
 Each section is written by the benchmark named in its title and replaced whole when that benchmark
 runs again; edit the benchmark, not its section.
 """
+
+
+def use_repo_venv(module: str) -> None:
+    """Re-executes `python -m <module>` with the project's virtualenv unless this is it: a bench
+    needs its pinned packages and the tools it installs (reshape, mitmdump, hypercorn)."""
+    if Path(sys.prefix).resolve() == VENV.resolve():
+        return
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        sys.exit(f"{module}: {python} is missing; run `make venv` first")
+    os.execv(python, [str(python), "-m", module, *sys.argv[1:]])
 
 
 class WorkdirError(Exception):
@@ -42,7 +56,7 @@ class WorkdirError(Exception):
 
 @dataclass(frozen=True)
 class Bench:
-    """One benchmark, by the name of its executable under bench/ (`overhead` for bench/overhead)."""
+    """One benchmark, by the name of its package under bench/ (`overhead` for bench/overhead/)."""
 
     name: str
 
@@ -62,10 +76,8 @@ class Bench:
         `command` is the command line as run, for the RESULTS.md section.
         """
         args = parse_args(argv)
-        command = shlex.join([f"bench/{self.name}", *argv])
-        # Proxies and origins run in sessions of their own, out of reach of a signal to ours: on
-        # SIGTERM, unwind like on Ctrl-C so that every context manager stops what it started.
-        signal.signal(signal.SIGTERM, _exit_on_signal)
+        command = shlex.join(["python", "-m", f"bench.{self.name}", *argv])
+        unwind_on_sigterm()
         expected: tuple[type[Exception], ...] = (WorkdirError, *failures)
         try:
             return run(args, command)
@@ -119,6 +131,12 @@ class Bench:
             shutil.rmtree(path, ignore_errors=True)
 
 
+def unwind_on_sigterm() -> None:
+    """Proxies and origins run in sessions of their own, out of reach of a signal to ours: on
+    SIGTERM, unwind like on Ctrl-C, so that every context manager stops what it started."""
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+
+
 def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
@@ -129,6 +147,18 @@ def add_output_arguments(parser: argparse.ArgumentParser, figures: str) -> None:
     parser.add_argument("--results", type=Path, default=RESULTS, help="the RESULTS.md to update")
     parser.add_argument("--json", type=Path, help=f"also write every {figures}'s figures here")
     parser.add_argument("--workdir", type=Path, help="keep configs and logs here (default: temp)")
+
+
+def chosen_configs[T](
+    parser: argparse.ArgumentParser, names: str | None, configs: Mapping[str, T]
+) -> list[T]:
+    """The configurations a comma-separated --configs value names, in its order without repeats;
+    all of them if it is None; a usage error (exit 2) for a name not in `configs`."""
+    wanted = names.split(",") if names else list(configs)
+    unknown = sorted(set(wanted) - set(configs))
+    if unknown or not wanted:
+        parser.error(f"--configs: unknown {unknown}; choose from {','.join(configs)}")
+    return [configs[name] for name in dict.fromkeys(wanted)]
 
 
 def machine() -> dict[str, str]:
@@ -192,6 +222,17 @@ def replace_section(
     end = start.end() + following.start() if following else len(document)
     rest = document[end:]
     return document[: start.start()] + new_section + ("\n" + rest if rest else "")
+
+
+def publish(
+    args: argparse.Namespace, heading: str, section: str, *, header: str | None = RESULTS_HEADER
+) -> bool:
+    """Writes `section` into the --results file unless --no-record (the options
+    `add_output_arguments` adds); whether it did."""
+    if args.no_record:
+        return False
+    record(args.results, heading, section, header=header)
+    return True
 
 
 def record(

@@ -12,7 +12,6 @@ import fcntl
 import json
 import os
 import queue
-import signal
 import subprocess
 import tempfile
 import threading
@@ -21,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import IO
+
+from labkit import processes
 
 BROWSER_PROJECT = Path(__file__).with_name("browser")
 CHROMIUM = Path("/usr/bin/chromium")
@@ -133,6 +134,31 @@ def load_page(
     `done_ms`; a string there is a failure the page reports. `resource_timing` returns the
     page's Resource Timing entries (the buffer is enlarged so none are dropped).
     """
+    stdout, stderr = drive_page_load(
+        [str(BROWSER_PROJECT / "load_page.mjs")],
+        url,
+        proxy=proxy,
+        trusted_cas=trusted_cas,
+        timeout=timeout,
+        bodies=bodies,
+        doneGlobal=done_global,
+        resourceTiming=resource_timing,
+    )
+    return _parse_result(url, stdout, stderr)
+
+
+def drive_page_load(
+    node_arguments: list[str],
+    url: str,
+    *,
+    proxy: str | None,
+    trusted_cas: list[Path],
+    timeout: float,
+    **options: object,
+) -> tuple[str, str]:
+    """(stdout, stderr) of a page-load driver (`run_driver`) given `url` in a fresh Chromium
+    profile whose NSS database trusts only `trusted_cas`, through `proxy` (None: direct). The
+    request it reads: url, executablePath, userDataDir, args, timeoutMs, and `options`."""
     ensure_node_deps()
     # A browser process killed late may still hold files in the profile; leftovers are harmless.
     with tempfile.TemporaryDirectory(
@@ -147,14 +173,11 @@ def load_page(
             "userDataDir": str(profile),
             "args": [*CHROMIUM_FLAGS, *proxy_flags(proxy)],
             "timeoutMs": round(timeout * 1000),
-            "bodies": bodies,
-            "doneGlobal": done_global,
-            "resourceTiming": resource_timing,
+            **options,
         }
         # Chromium reads its NSS database from $HOME/.pki/nssdb.
         env = {**os.environ, "HOME": str(home)}
-        stdout, stderr = _run_node(request, env, profile, timeout + _SHUTDOWN_GRACE)
-    return _parse_result(url, stdout, stderr)
+        return run_driver(node_arguments, request, env, profile, timeout + _SHUTDOWN_GRACE)
 
 
 @dataclass(frozen=True)
@@ -183,8 +206,12 @@ def render_svgs(jobs: list[SvgRender], timeout: float = 120.0) -> None:
                 for j in jobs
             ],
         }
-        stdout, stderr = _run_node(
-            request, {**os.environ, "HOME": scratch}, marker, timeout, "render_png.mjs"
+        stdout, stderr = run_driver(
+            [str(BROWSER_PROJECT / "render_png.mjs")],
+            request,
+            {**os.environ, "HOME": scratch},
+            marker,
+            timeout,
         )
     try:
         result = json.loads(stdout.strip().splitlines()[-1])
@@ -263,16 +290,11 @@ class BrowserSession:
     def close(self) -> None:
         process, self._process = self._process, None
         if process is not None:
-            if process.poll() is None and process.stdin is not None:
+            if process.stdin is not None:
                 with contextlib.suppress(OSError):
                     process.stdin.close()  # the driver closes the browser and exits
-                try:
-                    process.wait(_SHUTDOWN_GRACE)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
-            _kill_processes_with_argument(self._marker)
+            processes.stop(process, _SHUTDOWN_GRACE, ask=False)
+            processes.kill_processes_with_argument(self._marker)
         if self._scratch is not None:
             self._scratch.cleanup()
             self._scratch = None
@@ -289,7 +311,7 @@ class BrowserSession:
         self._lines = queue.Queue()
         self._loads = 0
         with (Path(self._scratch.name) / "driver.log").open("w") as log:
-            self._process = subprocess.Popen(
+            self._process = processes.spawn(
                 ["node", str(BROWSER_PROJECT / "session.mjs")],
                 cwd=BROWSER_PROJECT,
                 env={**os.environ, "HOME": str(home)},
@@ -297,7 +319,6 @@ class BrowserSession:
                 stdout=subprocess.PIPE,
                 stderr=log,
                 text=True,
-                start_new_session=True,
             )
         threading.Thread(
             target=_forward_lines, args=(self._process.stdout, self._lines), daemon=True
@@ -352,43 +373,43 @@ def proxy_flags(proxy: str | None) -> list[str]:
     return [f"--proxy-server={server}", "--proxy-bypass-list=<-loopback>"]
 
 
-def _run_node(
+def run_driver(
+    node_arguments: list[str],
     request: dict[str, object],
     env: dict[str, str],
     profile: Path | str,
     limit: float,
-    script: str = "load_page.mjs",
 ) -> tuple[str, str]:
-    """Runs a driver script; `profile` (a --user-data-dir, or a marker argument) identifies the
+    """(stdout, stderr) of `node <node_arguments>`, a driver run in the browser project (where
+    'playwright-core' resolves) that reads `request` as JSON on stdin; PageLoadError if it takes
+    over `limit` seconds. `profile` (a --user-data-dir, or a marker argument) identifies the
     browser it starts, to kill it should the driver leave it behind."""
-    process = subprocess.Popen(
-        ["node", str(BROWSER_PROJECT / script)],
+    process = processes.spawn(
+        ["node", *node_arguments],
         cwd=BROWSER_PROJECT,
         env=env,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=True,
     )
     try:
         return process.communicate(json.dumps(request), timeout=limit)
     except subprocess.TimeoutExpired:
         raise PageLoadError(
-            f"loading {request.get('url', script)} did not finish within {limit:.0f}s; "
+            f"loading {request.get('url', 'a page')} did not finish within {limit:.0f}s; "
             "browser killed"
         ) from None
     finally:
         if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
+            processes.stop(process, 0, ask=False)
             process.communicate()
         # Playwright starts Chromium in a process group of its own, which a killed node leaves
         # behind; the profile path (or marker) identifies this driver's browser.
         if isinstance(profile, Path):
             _kill_browsers_using(profile)
         else:
-            _kill_processes_with_argument(profile)
+            processes.kill_processes_with_argument(profile)
 
 
 def _parse_result(url: str, stdout: str, stderr: str) -> PageLoad:
@@ -443,21 +464,7 @@ def _page_load(url: str, result: dict[str, object]) -> PageLoad:
 
 
 def _kill_browsers_using(profile: Path) -> None:
-    _kill_processes_with_argument(f"--user-data-dir={profile}")
-
-
-def _kill_processes_with_argument(argument: str) -> None:
-    marker = argument.encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            arguments = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if marker in arguments:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(entry.name), signal.SIGKILL)
+    processes.kill_processes_with_argument(f"--user-data-dir={profile}")
 
 
 def _certutil(*arguments: str) -> None:

@@ -8,21 +8,20 @@ multi-origin site needs no DNS.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from labkit import processes
 from labkit.pki import IssuedCert
+from labkit.processes import ProcessStartError
 from labkit.static_app import CONTENT_TYPES, DEFAULT_CONTENT_TYPE, ROOT_ENV
 
 NGINX = "/usr/sbin/nginx"
@@ -30,13 +29,12 @@ START_TIMEOUT = 20.0
 STOP_TIMEOUT = 5.0
 # How often to retry nginx on a fresh port when the one picked was taken meanwhile.
 _PORT_ATTEMPTS = 5
-_LOG_TAIL_LINES = 30
 # nginx creates these scratch directories at start-up, by default under /var/lib/nginx.
 _NGINX_TEMP_KINDS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
 _REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-class OriginStartError(RuntimeError):
+class OriginStartError(ProcessStartError):
     """An origin server did not come up; the message carries the tail of its logs."""
 
 
@@ -91,7 +89,7 @@ def nginx_origin(
                 host, chosen, "https" if tls else "http", protocols, directory / "access.log"
             )
         finally:
-            _stop(process)
+            processes.stop(process, STOP_TIMEOUT)
 
 
 @contextmanager
@@ -152,14 +150,17 @@ def hypercorn_origin(
                     filter(None, [str(_REPO_ROOT), os.environ.get("PYTHONPATH")])
                 ),
             }
-            process = _launch(
+            process = processes.start(
                 "hypercorn",
                 argv,
-                directory,
+                log=directory / "hypercorn.output",
+                logs=[directory / "error.log"],
+                is_ready=lambda: processes.accepts(host, chosen),
+                timeout=START_TIMEOUT,
+                error=OriginStartError,
+                cwd=directory,
                 env=env,
                 pass_fds=(sock.fileno(),),
-                is_ready=lambda: _accepts(host, chosen),
-                logs=[directory / "error.log"],
             )
         try:
             yield Origin(
@@ -170,7 +171,7 @@ def hypercorn_origin(
                 directory / "access.log",
             )
         finally:
-            _stop(process)
+            processes.stop(process, STOP_TIMEOUT)
 
 
 def nginx_config(
@@ -256,7 +257,7 @@ def _start_nginx(
     # then pick again.
     attempts = _PORT_ATTEMPTS if port == 0 else 1
     for attempt in range(1, attempts + 1):
-        chosen = port or _free_port(host)
+        chosen = port or processes.free_port(host)
         conf = directory / "nginx.conf"
         conf.write_text(nginx_config(root, host, chosen, tls, http2, directory, keepalive_requests))
         pid_file = directory / "nginx.pid"
@@ -275,13 +276,16 @@ def _start_nginx(
             "daemon off;",
         ]
         try:
-            process = _launch(
+            process = processes.start(
                 "nginx",
                 argv,
-                directory,
-                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-                is_ready=functools.partial(_nginx_ready, pid_file, host, chosen),
+                log=directory / "nginx.output",
                 logs=[directory / "error.log"],
+                is_ready=functools.partial(_nginx_ready, pid_file, host, chosen),
+                timeout=START_TIMEOUT,
+                error=OriginStartError,
+                cwd=directory,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
             )
         except OriginStartError as error:
             if attempt < attempts and "Address already in use" in str(error):
@@ -294,67 +298,7 @@ def _start_nginx(
 def _nginx_ready(pid_file: Path, host: str, port: int) -> bool:
     # The pid file appears only after nginx bound its port, so a connect then reaches nginx and
     # not whoever else might hold the port.
-    return pid_file.exists() and _accepts(host, port)
-
-
-def _launch(
-    name: str,
-    argv: list[str],
-    directory: Path,
-    *,
-    env: dict[str, str],
-    is_ready: Callable[[], bool],
-    logs: list[Path],
-    pass_fds: tuple[int, ...] = (),
-) -> subprocess.Popen[bytes]:
-    """Starts `argv` and waits until `is_ready()`; on failure stops it and raises with log tails."""
-    output = directory / f"{name}.output"
-    for log in [output, *logs]:
-        log.write_bytes(b"")  # this run's lines only, so a failure shows its own cause
-    with output.open("wb") as sink:
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            cwd=directory,
-            env=env,
-            pass_fds=pass_fds,
-            # Its own process group: a stop can reach every process the server forked.
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            status = process.poll()
-            if status is not None:
-                raise OriginStartError(
-                    f"{name} exited with status {status} before accepting connections "
-                    f"({' '.join(argv)}):\n{_tails([output, *logs])}"
-                )
-            if is_ready():
-                return process
-            if time.monotonic() > deadline:
-                raise OriginStartError(
-                    f"{name} did not accept connections within {START_TIMEOUT:.0f}s "
-                    f"({' '.join(argv)}):\n{_tails([output, *logs])}"
-                )
-            time.sleep(0.02)
-    except BaseException:
-        _stop(process)
-        raise
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """Asks the server to stop, kills its process group if it does not, and reaps it."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    return pid_file.exists() and processes.accepts(host, port)
 
 
 def _hypercorn_config(directory: Path, keep_alive_max_requests: int, http2: bool = True) -> Path:
@@ -376,21 +320,6 @@ def _directory(given: Path | None, prefix: str) -> Iterator[Path]:
         yield Path(temporary)
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(_family(host), socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _accepts(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 def _family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
@@ -409,15 +338,3 @@ def _suffixes_by_type() -> dict[str, list[str]]:
     for suffix, media_type in CONTENT_TYPES.items():
         grouped.setdefault(media_type, []).append(suffix)
     return grouped
-
-
-def _tails(logs: list[Path]) -> str:
-    parts = []
-    for log in logs:
-        try:
-            lines = log.read_text(errors="replace").splitlines()[-_LOG_TAIL_LINES:]
-        except FileNotFoundError:
-            continue
-        if lines:
-            parts.append(f"--- {log.name} ---\n" + "\n".join(lines))
-    return "\n".join(parts) or "(no output)"

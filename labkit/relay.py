@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -177,34 +177,10 @@ class Relay:
         upward: bool,
         link: Link,
     ) -> None:
+        """One direction of a connection: every chunk read is queued with the time it is due at
+        the far end (`delay` later) and handed to `_deliver`; b"" (the reader's EOF) ends it."""
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
-        shared_rate = link.shared_up_rate if upward else link.shared_down_rate
-        shared = self._shared[upward]
-
-        async def deliver() -> None:
-            next_free = 0.0
-            while True:
-                due, data = await queue.get()
-                if not data:
-                    with contextlib.suppress(OSError):
-                        if writer.can_write_eof():
-                            writer.write_eof()
-                    return
-                # The chunk may go once it has crossed the link's delay and the previous chunk
-                # has left; it then occupies the link for len/rate seconds.
-                ready = max(due, next_free)
-                arrival = ready + (len(data) / rate if rate else 0.0)
-                if shared_rate:
-                    arrival = max(arrival, shared.reserve(len(data), ready, shared_rate))
-                wait = arrival - time.monotonic()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                if rate or shared_rate:
-                    next_free = time.monotonic()
-                writer.write(data)
-                await writer.drain()
-
-        deliverer = asyncio.create_task(deliver())
+        deliverer = asyncio.create_task(self._deliver(queue, writer, rate, upward, link))
         try:
             while True:
                 data = await reader.read(_READ_SIZE)
@@ -221,6 +197,49 @@ class Relay:
         finally:
             deliverer.cancel()
 
+    async def _deliver(
+        self,
+        queue: asyncio.Queue[tuple[float, bytes]],
+        writer: asyncio.StreamWriter,
+        rate: float | None,
+        upward: bool,
+        link: Link,
+    ) -> None:
+        """Writes each queued chunk once it is due and has crossed the link at `rate` (and the
+        shared bottleneck, if any); the empty chunk ends the direction with a FIN."""
+        shared_rate = link.shared_up_rate if upward else link.shared_down_rate
+        shared = self._shared[upward]
+        next_free = 0.0
+        async for due, data in chunks(queue, writer):
+            # The chunk may go once it has crossed the link's delay and the previous chunk
+            # has left; it then occupies the link for len/rate seconds.
+            ready = max(due, next_free)
+            arrival = ready + (len(data) / rate if rate else 0.0)
+            if shared_rate:
+                arrival = max(arrival, shared.reserve(len(data), ready, shared_rate))
+            wait = arrival - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if rate or shared_rate:
+                next_free = time.monotonic()
+            writer.write(data)
+            await writer.drain()
+
+
+async def chunks(
+    queue: asyncio.Queue[tuple[float, bytes]], writer: asyncio.StreamWriter
+) -> AsyncIterator[tuple[float, bytes]]:
+    """Each (due time, bytes) that `Relay._pipe` queued, until the empty one: that ends the
+    direction with a FIN towards `writer`'s peer, where the transport can half-close."""
+    while True:
+        due, data = await queue.get()
+        if not data:
+            with contextlib.suppress(OSError):
+                if writer.can_write_eof():
+                    writer.write_eof()
+            return
+        yield due, data
+
 
 class RelayThread:
     """Relays run on their own event loop in a thread, so synchronous tests can use them."""
@@ -234,7 +253,10 @@ class RelayThread:
     def add(
         self, listen_host: str, target: tuple[str, int], link: Link = Link(), port: int = 0
     ) -> Relay:
-        relay = Relay(listen_host, target, link)
+        return self.run(Relay(listen_host, target, link), port)
+
+    def run[R: Relay](self, relay: R, port: int = 0) -> R:
+        """Starts `relay` (a Relay of any kind) on this thread's loop; stopped by `close`."""
         asyncio.run_coroutine_threadsafe(relay.start(port), self.loop).result(10)
         self.relays.append(relay)
         return relay

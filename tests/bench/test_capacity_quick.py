@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from bench.capacity_apache import APACHE, ApacheSettings, config
-from bench.capacity_metrics import Samples
-from bench.capacity_report import SEARCH, ConfigResult, StepSummary, capacity_table
-from bench.capacity_search import CapacitySearch
-from bench.capacity_users import PageOutcome, StepPlan, StepResult
-from tests.bench.helpers import run_quick
+from bench.capacity.apache import APACHE, ApacheSettings, config
+from bench.capacity.metrics import Samples
+from bench.capacity.report import SEARCH, ConfigResult, StepSummary, capacity_table
+from bench.capacity.search import CapacitySearch
+from bench.capacity.users import PageOutcome, StepPlan, StepResult
+from tests.support.quick_bench import run_quick
 
 CONFIG_LABELS = (
     "direct, 2/user",

@@ -1,4 +1,4 @@
-"""bench/lab run --quick preconnect end to end, and its pure parts."""
+"""`python -m bench.lab run --quick preconnect` end to end, and its pure parts."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.lab_preconnect import MODES, preconnect_configs, preconnect_counts
+from bench.lab.preconnect import MODES, preconnect_configs, preconnect_counts
 from tests.bench.test_lab_quick import _quick_run
 
 

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.lab_network import chain, policy_file, rtt_link
-from bench.lab_report import replace_section
-from bench.lab_sites import HOSTS, PAGES, build_pages
-from bench.lab_stats import median_interval, percentile, summarize
+from bench.lab.network import chain, policy_file, rtt_link
+from bench.lab.sites import HOSTS, PAGES, build_pages
+from bench.lab.stats import median_interval, percentile, summarize
+from bench.runs import replace_section
 from labkit.relay import Link, Relay
+from tests.support.quick_bench import run_bench
 
 REPO = Path(__file__).resolve().parents[2]
-LAB = REPO / "bench" / "lab"
 QUICK_TIMEOUT = 150  # seconds; a quick run takes about 30–90 s on 2 busy cores
 
 
@@ -153,26 +153,16 @@ def _quick_run(name: str, tmp_path: Path) -> tuple[list[dict[str, object]], str]
     results = tmp_path / "RESULTS.md"
     figures = tmp_path / "loads.json"
     plots = tmp_path / "plots"
-    lab = subprocess.Popen(
+    stdout = run_bench(
+        "lab",
         [
-            *(sys.executable, str(LAB), "run", "--quick", name, "--no-record"),
+            *("run", "--quick", name, "--no-record"),
             *("--results", str(results), "--json", str(figures), "--plots", str(plots)),
         ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
+        timeout=QUICK_TIMEOUT,
     )
-    try:
-        stdout, stderr = lab.communicate(timeout=QUICK_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        # SIGTERM, not SIGKILL: the lab then stops the proxies and origins it started.
-        lab.terminate()
-        stdout, stderr = lab.communicate(timeout=60)
-        pytest.fail(f"bench/lab run --quick {name} took over {QUICK_TIMEOUT} s:\n{stderr}")
-    assert lab.returncode == 0, stderr[-5000:]
     assert not results.exists()
-    assert list(plots.glob("*.png")), stderr
+    assert list(plots.glob("*.png"))
     loads: list[dict[str, object]] = json.loads(figures.read_text())["loads"]
     assert loads and all(load["error"] is None for load in loads), loads
     return loads, stdout

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.overhead_loadgen import LoadgenError, LoadResult, go_binary
-from bench.overhead_report import Measurement, table_rows
-from tests.bench.helpers import run_quick
+from bench.loadgen.runner import LoadResult
+from bench.overhead.report import Measurement, table_rows
+from tests.support.quick_bench import run_quick, skip_without_go
 
 
 def _result(rps: float, p50: float, p99: float, errors: int = 0) -> LoadResult:
@@ -51,10 +51,7 @@ def test_table_adds_latency_over_direct_and_ratios_within_the_scheme() -> None:
 
 @pytest.mark.slow
 def test_quick_run_measures_every_row_without_errors(tmp_path: Path) -> None:
-    try:
-        go_binary()
-    except LoadgenError as error:
-        pytest.skip(str(error))
+    skip_without_go()
     quick = run_quick(
         "overhead",
         tmp_path,

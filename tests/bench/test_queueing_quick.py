@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.queueing_report import Run, marks, rows, table
-from tests.bench.helpers import run_quick
+from bench.queueing.report import Run, marks, rows, table
+from tests.support.quick_bench import run_quick
 
 CONFIG_LABELS = (
     "direct (no proxy)",

@@ -64,7 +64,7 @@ def test_main_passes_the_command_and_turns_an_expected_failure_into_status_1(
     try:
 
         def run(args: argparse.Namespace, command: str) -> int:
-            assert command == "bench/some --quick 'a b'"
+            assert command == "python -m bench.some --quick 'a b'"
             raise ConnectionError("origin would not start")
 
         assert BENCH.main(["--quick", "a b"], _parse, run, (ConnectionError,)) == 1

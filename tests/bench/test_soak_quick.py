@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.overhead_loadgen import LoadgenError, LoadResult, go_binary
-from bench.soak_report import HEADING, Sample, section, verdict
-from tests.bench.helpers import run_quick
+from bench.loadgen.runner import LoadResult
+from bench.soak.report import HEADING, Sample, section, verdict
+from tests.support.quick_bench import run_quick, skip_without_go
 
 MIB = 1024 * 1024
 
@@ -88,7 +88,7 @@ def test_the_section_states_the_verdict_and_figures() -> None:
         samples,
         connections=500,
         duration=180,
-        command="bench/soak --connections 500 --duration 180",
+        command="python -m bench.soak --connections 500 --duration 180",
         facts={"cores (nproc)": "2"},
         notes=["a note"],
     )
@@ -99,10 +99,7 @@ def test_the_section_states_the_verdict_and_figures() -> None:
 
 @pytest.mark.slow
 def test_a_short_soak_passes(tmp_path: Path) -> None:
-    try:
-        go_binary()
-    except LoadgenError as error:
-        pytest.skip(str(error))
+    skip_without_go()
     quick = run_quick(
         "soak",
         tmp_path,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.ttfb_browser import PageTiming
-from bench.ttfb_link import MSS, SegmentLink, SegmentRelay
-from bench.ttfb_report import HEADING, Row, table
-from tests.bench.helpers import run_quick
+from bench.ttfb.browser import PageTiming
+from bench.ttfb.link import MSS, SegmentLink, SegmentRelay
+from bench.ttfb.report import HEADING, Row, table
+from tests.support.quick_bench import run_quick
 
 
 def _timing(first_bytes: float, fcp: float) -> PageTiming:

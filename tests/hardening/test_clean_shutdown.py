@@ -14,9 +14,9 @@ import h2.connection
 import pytest
 
 from labkit.pki import OriginPKI
-from tests.conftest import StartProxy
-from tests.hardening.clients import read_response, status_of
-from tests.hardening.faulty_origins import FaultyOrigin
+from tests.support.clients import read_response, status_of
+from tests.support.faulty_origins import FaultyOrigin
+from tests.support.reshape_process import StartProxy
 
 POLICIES = {
     "direct": "version: 1\ndefault: p\npolicies:\n  p: {}\n",

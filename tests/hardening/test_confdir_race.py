@@ -12,7 +12,6 @@ from __future__ import annotations
 import multiprocessing
 import re
 import ssl
-import subprocess
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -22,7 +21,7 @@ import pytest
 from labkit.pki import OriginPKI
 from reshape.app.authority import init_ca, load_ca
 from reshape.upstream.trust import write_trust_bundle
-from tests.conftest import REPO, RESHAPE, free_port, http_get
+from tests.support.reshape_process import StartProxy
 
 PROCESSES = 6
 ROUNDS = 25
@@ -64,53 +63,15 @@ def test_processes_starting_at_once_read_whole_files_and_share_one_ca(
 
 @pytest.mark.slow
 def test_two_reshape_runs_starting_at_once_come_up_with_one_ca(
-    tmp_path: Path, origin_pki: OriginPKI
+    start_reshape: StartProxy, tmp_path: Path
 ) -> None:
     confdir = tmp_path / "conf"
-    runs = []
-    for i in range(2):
-        listen, admin = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-        log = tmp_path / f"run{i}.log"
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                [
-                    *RESHAPE,
-                    "run",
-                    "--listen",
-                    listen,
-                    "--admin",
-                    admin,
-                    "--confdir",
-                    str(confdir),
-                    "--upstream-ca",
-                    str(origin_pki.ca_cert_path),
-                    "--policy",
-                    str(REPO / "reshape" / "policy" / "default.yaml"),
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=REPO,
-            )
-        runs.append((process, admin, log))
-    try:
-        for process, admin, log in runs:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                assert process.poll() is None, log.read_text()
-                try:
-                    if http_get(f"http://{admin}/healthz", timeout=1)[0] == 200:
-                        break
-                except OSError:
-                    pass
-                time.sleep(0.1)
-            else:
-                pytest.fail(log.read_text())
-    finally:
-        for process, _, _ in runs:
-            process.terminate()
-        for process, _, _ in runs:
-            process.wait(20)
-    lines = [re.search(r"CA (created|loaded) .*SHA-256 (\S+)", log.read_text()) for *_, log in runs]
-    assert all(lines), [log.read_text() for *_, log in runs]
+    runs = [start_reshape(confdir=confdir, wait=False) for _ in range(2)]
+    for run in runs:
+        run.wait_healthy()
+    for run in runs:
+        run.stop()
+    lines = [re.search(r"CA (created|loaded) .*SHA-256 (\S+)", run.log()) for run in runs]
+    assert all(lines), [run.log() for run in runs]
     assert sorted(m.group(1) for m in lines if m) == ["created", "loaded"]
     assert len({m.group(2) for m in lines if m}) == 1

@@ -22,8 +22,8 @@ import httpx
 import pytest
 
 from labkit.pki import OriginPKI
-from tests.conftest import RunningProxy, StartProxy
-from tests.scripted_origins import ScriptedOrigin
+from tests.support.reshape_process import RunningProxy, StartProxy
+from tests.support.scripted_origins import ScriptedOrigin
 
 POLICIES = {
     "plain": "version: 1\ndefault: p\npolicies:\n  p: {}\n",

@@ -1,5 +1,5 @@
 """Failing origins, both paths (mitmproxy's own connections: policy {}; the shared pool:
-upstream {}), for what tests/proxy/upstream/test_engine.py does not cover already (GOAWAY, broken
+upstream {}), for what tests/system/upstream/test_engine.py does not cover already (GOAWAY, broken
 pipelines, queue 503s): connection refused, connect and first-byte timeouts, responses cut
 mid-body, HTTP/2 RST_STREAM, a POST whose connection dies unanswered. Then many clients at once,
 some leaving early: each gets its own response, and the proxy's open files return to where they
@@ -21,13 +21,13 @@ import httpx
 import pytest
 
 from labkit.pki import OriginPKI
-from tests.conftest import RunningProxy, StartProxy
-from tests.hardening.faulty_origins import (
+from tests.support.faulty_origins import (
     CUT_DECLARED,
     Backlog,
     FaultyOrigin,
     unreachable_address,
 )
+from tests.support.reshape_process import RunningProxy, StartProxy
 
 TIMEOUTS = "{connect_timeout: 1, read_timeout: 1, idle_timeout: 1}"
 POLICIES = {

@@ -16,9 +16,9 @@ import h2.errors
 import pytest
 
 from labkit.pki import OriginPKI
-from tests.conftest import RunningProxy, StartProxy
-from tests.hardening.faulty_origins import FaultyOrigin
-from tests.hardening.h2_attacker import attack
+from tests.support.faulty_origins import FaultyOrigin
+from tests.support.h2_attacker import attack
+from tests.support.reshape_process import RunningProxy, StartProxy
 
 POLICIES = {
     "direct": "version: 1\ndefault: p\npolicies:\n  p: {}\n",

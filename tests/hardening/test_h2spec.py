@@ -17,8 +17,8 @@ import pytest
 
 from labkit.origins import nginx_origin
 from labkit.pki import OriginPKI
-from tests.conftest import StartProxy
-from tests.hardening.connect_shim import ConnectShim
+from tests.support.connect_shim import ConnectShim
+from tests.support.reshape_process import StartProxy
 
 POLICIES = {
     "direct": "version: 1\ndefault: p\npolicies:\n  p: {}\n",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from reshape.app.runtime import LISTEN_BACKLOG
-from tests.conftest import StartProxy
+from tests.support.reshape_process import StartProxy
 
 
 def listen_backlog(port: str) -> int:

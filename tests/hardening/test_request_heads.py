@@ -29,10 +29,10 @@ import wsproto.connection
 import wsproto.events
 
 from labkit.pki import OriginPKI
-from tests.conftest import RunningProxy, StartProxy
-from tests.hardening.clients import exchange, read_response, status_of
-from tests.hardening.faulty_origins import FaultyOrigin
-from tests.hardening.recording_origin import RecordingOrigin
+from tests.support.clients import exchange, read_response, status_of
+from tests.support.faulty_origins import FaultyOrigin
+from tests.support.recording_origin import RecordingOrigin
+from tests.support.reshape_process import RunningProxy, StartProxy
 
 POLICIES = {
     "direct": "version: 1\ndefault: p\npolicies:\n  p: {}\n",

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from tests.conftest import StartProxy
-from tests.hardening.clients import WellBehavedClient, read_response, status_of
-from tests.hardening.faulty_origins import FaultyOrigin
+from tests.support.clients import WellBehavedClient, read_response, status_of
+from tests.support.faulty_origins import FaultyOrigin
+from tests.support.reshape_process import StartProxy
 
 HEADER_TIMEOUT = 1.0
 

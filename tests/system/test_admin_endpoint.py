@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from reshape.features.onboarding.addon import ONBOARDING_HOST
-from tests.conftest import StartProxy
+from tests.support.reshape_process import StartProxy
 
 ONBOARDING_PATHS = ["/", "/cert/pem", "/cert/cer", "/cert/p12"]
 PATHS = ["/metrics", "/healthz", "/proxy.pac", "/ca.pem", *ONBOARDING_PATHS]

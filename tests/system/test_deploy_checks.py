@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from reshape.cli import _parser, run_config
-from tests.conftest import REPO
+from tests.support.reshape_process import REPO
 
 DOCKERFILE = REPO / "Dockerfile"
 UNIT = REPO / "deploy" / "systemd" / "reshape.service"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from reshape.features.onboarding.addon import ONBOARDING_HOST
-from tests.conftest import REPO, RESHAPE, StartProxy
+from tests.support.reshape_process import REPO, RESHAPE, StartProxy
 
 HTPASSWD = "/usr/bin/htpasswd"
 URL = f"http://{ONBOARDING_HOST}/"

@@ -17,8 +17,9 @@ from pathlib import Path
 import ldap3
 import pytest
 
+from labkit.processes import free_port
 from reshape.features.onboarding.addon import ONBOARDING_HOST
-from tests.conftest import REPO, RESHAPE, StartProxy, free_port
+from tests.support.reshape_process import REPO, RESHAPE, StartProxy
 
 SLAPD = "/usr/sbin/slapd"
 SUFFIX = "dc=example,dc=org"

@@ -11,8 +11,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import pkcs12
 
 from reshape.features.onboarding.addon import ONBOARDING_HOST
-from tests.conftest import StartProxy
-from tests.system.browser_page import view_page
+from tests.support.browser_page import view_page
+from tests.support.reshape_process import StartProxy
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

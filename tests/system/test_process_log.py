@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from reshape.features.onboarding.addon import ONBOARDING_HOST
-from tests.conftest import StartProxy
+from tests.support.reshape_process import StartProxy
 
 
 @pytest.mark.slow

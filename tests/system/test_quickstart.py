@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.reshape_process import REPO
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ import pytest
 from PIL import Image
 
 from reshape.report.charts import COLOURS
-from tests.conftest import REPO, RESHAPE
-from tests.system.browser_page import view_page
+from tests.support.browser_page import view_page
+from tests.support.reshape_process import REPO, RESHAPE
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

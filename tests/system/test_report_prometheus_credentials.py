@@ -14,8 +14,9 @@ import bcrypt
 import httpx
 import pytest
 
+from labkit.processes import free_port
 from reshape.features.onboarding.addon import ONBOARDING_HOST
-from tests.conftest import REPO, RESHAPE, StartProxy, free_port
+from tests.support.reshape_process import REPO, RESHAPE, StartProxy
 
 PROMETHEUS = "/usr/bin/prometheus"
 NGINX = "/usr/sbin/nginx"

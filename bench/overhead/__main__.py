@@ -1,0 +1,12 @@
+"""`python -m bench.overhead`: with the project's virtualenv (`make venv`), re-executing itself
+there if started otherwise, then bench/overhead/run.py's main."""
+
+import sys
+
+from bench.runs import use_repo_venv
+
+use_repo_venv("bench.overhead")
+
+from bench.overhead.run import main  # noqa: E402
+
+sys.exit(main(sys.argv[1:]))

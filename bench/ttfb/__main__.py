@@ -1,0 +1,12 @@
+"""`python -m bench.ttfb`: with the project's virtualenv (`make venv`), re-executing itself
+there if started otherwise, then bench/ttfb/run.py's main."""
+
+import sys
+
+from bench.runs import use_repo_venv
+
+use_repo_venv("bench.ttfb")
+
+from bench.ttfb.run import main  # noqa: E402
+
+sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,165 @@
+"""Small origins with scripted misbehaviour, for the cases real servers cannot be told to do.
+
+Each runs an asyncio TCP server on its own event-loop thread, so synchronous tests can use it
+next to `reshape run` as a subprocess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Self
+
+import h2.config
+import h2.connection
+import h2.events
+import h11
+
+from labkit.pki import IssuedCert
+
+
+class ScriptedOrigin:
+    """An origin on `host` (free port) whose `handle` coroutine plays each connection.
+
+    With `tls` it is HTTPS, offering `alpn`. Connection errors in `handle` (the peer went away,
+    or any of `QUIET_ERRORS`) end that connection quietly; leaving the context stops the server
+    and cancels the connections still being played.
+    """
+
+    QUIET_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, asyncio.IncompleteReadError)
+
+    def __init__(
+        self, host: str, tls: IssuedCert | None = None, alpn: tuple[str, ...] = ("http/1.1",)
+    ) -> None:
+        self.host = host
+        self.port = 0
+        self.tls = tls
+        self.alpn = alpn
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
+
+    def url(self, path: str = "/") -> str:
+        return f"{self.scheme}://{self.host}:{self.port}{path}"
+
+    def __enter__(self) -> Self:
+        context = None
+        if self.tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(self.tls.cert_path, self.tls.key_path)
+            context.set_alpn_protocols(list(self.alpn))
+        self._thread.start()
+        self._server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._serve, self.host, 0, ssl=context), self._loop
+        ).result(5)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        async def stop() -> None:
+            assert self._server is not None
+            self._server.close()
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            await self.handle(reader, writer)
+        except self.QUIET_ERRORS:
+            pass
+        except asyncio.CancelledError:
+            pass  # stopping: end quietly (asyncio logs a cancelled connection callback)
+        finally:
+            self._tasks.discard(task)
+
+
+async def h11_event(connection: h11.Connection, reader: asyncio.StreamReader) -> h11.Event | None:
+    """`connection`'s next event, reading from `reader` as it needs; None if the peer closed
+    first."""
+    while (event := connection.next_event()) is h11.NEED_DATA:
+        data = await reader.read(65536)
+        if not data:
+            return None
+        connection.receive_data(data)
+    return event
+
+
+def h2_server(writer: asyncio.StreamWriter) -> h2.connection.H2Connection:
+    """The server side of an HTTP/2 connection (bytes headers), its preface written."""
+    config = h2.config.H2Configuration(client_side=False, header_encoding=None)
+    connection = h2.connection.H2Connection(config)
+    connection.initiate_connection()
+    writer.write(connection.data_to_send())
+    return connection
+
+
+async def h2_events(
+    connection: h2.connection.H2Connection,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+) -> AsyncIterator[h2.events.Event]:
+    """Every event of `connection` until the peer closes; what the connection has to send after
+    each read's events is written."""
+    while data := await reader.read(65536):
+        for event in connection.receive_data(data):
+            yield event
+        writer.write(connection.data_to_send())
+
+
+class SlowOrigin(ScriptedOrigin):
+    """Answers each request `delay` seconds after reading it, then closes."""
+
+    def __init__(self, host: str, delay: float) -> None:
+        super().__init__(host)
+        self.delay = delay
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(self.delay)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\nslow")
+        await writer.drain()
+        writer.close()
+
+
+class PipelineBreakingOrigin(ScriptedOrigin):
+    """Reads pipelined GETs and, after answering `per_connection` of them on a connection, drops
+    it without `Connection: close` — a broken pipeline. The body is `body_for(path)`."""
+
+    def __init__(self, host: str, per_connection: int, body_for: Callable[[str], bytes]) -> None:
+        super().__init__(host)
+        self.per_connection = per_connection
+        self.body_for = body_for
+        self.served: list[str] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in range(self.per_connection):
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                break
+            path = head.split(b" ")[1].decode()
+            self.served.append(path)
+            body = self.body_for(path)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            await writer.drain()
+        writer.transport.abort()

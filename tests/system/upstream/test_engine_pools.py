@@ -1,0 +1,105 @@
+"""Which pool and connection a request gets: a pool per destination and set of limits; a
+connection found closed before the request left is no reason to fail it."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from reshape.upstream.engine import Engine, Route
+from reshape.upstream.pool import PoolKey
+from reshape.upstream.types import UpstreamError, UpstreamRequest
+from tests.support.inprocess_engine import (
+    HOST,
+    DelayingOrigin,
+    body,
+    fetch,
+    get,
+    limits,
+    running,
+)
+
+
+@pytest.mark.asyncio
+async def test_two_arms_with_different_caps_on_one_origin_each_get_their_own_cap() -> None:
+    async with running(limits(connections=1)) as (engine, capped, origin):
+        wider = dataclasses.replace(capped, limits=limits(connections=3), policy="q")
+        assert wider.pool_id != capped.pool_id
+
+        async def load(route: Route, tag: str) -> list[bytes]:
+            return await asyncio.gather(*(fetch(engine, route, f"/0.2/{tag}{i}") for i in range(6)))
+
+        await load(capped, "a")
+        assert origin.most_open == 1  # the narrow arm alone never has more than its one
+        both = await asyncio.gather(load(capped, "a"), load(wider, "b"))
+        assert both == [[f"a{i}".encode() for i in range(6)], [f"b{i}".encode() for i in range(6)]]
+        # The wide arm used its three, the narrow one its one (each would otherwise follow the
+        # other's limits, as they did when pools were keyed by destination alone).
+        assert origin.most_open == 4
+        assert sorted(p.limits.max_connections for p in engine.pools.values()) == [1, 3]
+
+
+@pytest.mark.asyncio
+async def test_requests_under_equal_limits_share_one_pool_whatever_their_policy() -> None:
+    async with running(limits(connections=2)) as (engine, route, origin):
+        other = dataclasses.replace(route, policy="other", arm="x:y")
+        await asyncio.gather(
+            *(fetch(engine, r, f"/0.1/{i}") for i, r in enumerate([route, other] * 4))
+        )
+        assert len(engine.pools) == 1
+        assert origin.connections == 2
+
+
+@pytest.mark.asyncio
+async def test_a_post_whose_connection_turns_out_closed_before_it_left_goes_again() -> None:
+    closing = DelayingOrigin(close_after_response=True)
+    async with running(limits(), closing) as (engine, route, origin):
+        first = await engine.exchange(route, get("/0/first"))
+        await asyncio.sleep(0.2)  # the origin's close is in our buffer behind the response
+        assert await body(first) == b"first"
+        # The connection looked reusable (no Connection: close): the POST is handed it, finds
+        # it closed before writing a byte, and goes on a new connection rather than a 502.
+        post = UpstreamRequest(b"POST", b"http", HOST.encode(), b"/0/posted", [], body=b"form")
+        assert await body(await engine.exchange(route, post)) == b"posted"
+        assert origin.requests == ["/0/first", "POST /0/posted"]  # sent once
+        assert origin.connections == 2
+
+
+@pytest.mark.asyncio
+async def test_a_client_leaving_while_its_own_connection_still_connects_leaves_nothing_open() -> (
+    None
+):
+    """`share: false`: the client's pools go when it does, a connection still in its TLS
+    handshake included (it used to finish connecting and stay open, owned by nobody)."""
+    accepted: list[asyncio.StreamReader] = []
+    closed = asyncio.Event()
+
+    async def never_answers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(reader)
+        await reader.read()  # the ClientHello, then nothing until the engine gives up
+        closed.set()
+        writer.close()
+
+    server = await asyncio.start_server(never_answers, HOST, 0)
+    port = server.sockets[0].getsockname()[1]
+    engine = Engine(None)
+    engine.start()
+    route = dataclasses.replace(
+        Route(PoolKey("https", HOST, port, "origin.test"), limits(), 30.0, 30.0, "p", "-"),
+        owner="client-1",
+    )
+    try:
+        exchange = asyncio.ensure_future(engine.exchange(route, get("/0/x")))
+        while not accepted:
+            await asyncio.sleep(0.01)
+        engine.release("client-1")
+        await asyncio.wait_for(closed.wait(), 3)  # at once, not at the 30 s connect timeout
+        with pytest.raises((asyncio.CancelledError, UpstreamError)):
+            exchange.cancel()
+            await exchange
+        assert engine.connections == {} and engine.pools == {}
+    finally:
+        await engine.stop()
+        server.close()
