@@ -1,0 +1,88 @@
+"""reshape/mitm/engine_channel.py's translations between mitmproxy's messages and the engine's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from mitmproxy import http
+from mitmproxy.test import tflow
+
+from reshape.mitm.engine_channel import mitmproxy_response, trailer_fields, upstream_request
+from reshape.mitm.engine_client import Exchange
+from reshape.upstream.types import Headers
+
+
+@dataclass
+class Answer:
+    """An UpstreamResponse's head, as the engine hands it over."""
+
+    status: int = 200
+    reason: bytes = b"OK"
+    headers: Headers = field(default_factory=list)
+    http_version: str = "HTTP/1.1"
+    trailers: Headers = field(default_factory=list)
+
+
+def test_hop_by_hop_fields_go_and_a_body_without_length_is_marked_chunked() -> None:
+    head = mitmproxy_response(
+        Answer(headers=[(b"Connection", b"close, x-hop"), (b"X-Hop", b"1"), (b"X-Kept", b"2")]),
+        b"GET",
+    )
+    assert head.http_version == "HTTP/1.1" and head.status_code == 200
+    assert list(head.headers.fields) == [(b"X-Kept", b"2"), (b"transfer-encoding", b"chunked")]
+
+
+@pytest.mark.parametrize(
+    ("method", "status"), [(b"HEAD", 200), (b"GET", 204), (b"GET", 304), (b"GET", 103)]
+)
+def test_a_response_without_a_body_gets_no_framing(method: bytes, status: int) -> None:
+    head = mitmproxy_response(Answer(status=status, reason=b""), method)
+    assert "transfer-encoding" not in head.headers and head.reason
+
+
+def test_an_h2_length_gives_way_to_announced_trailers_and_stays_otherwise() -> None:
+    announced = Answer(
+        headers=[(b"content-length", b"4"), (b"trailer", b"digest")], http_version="HTTP/2"
+    )
+    assert mitmproxy_response(announced, b"GET").headers.get("transfer-encoding") == "chunked"
+    plain = Answer(headers=[(b"content-length", b"4")], http_version="HTTP/2")
+    assert mitmproxy_response(plain, b"GET").headers.get("content-length") == "4"
+
+
+def test_only_valid_end_to_end_trailer_fields_pass() -> None:
+    fields = [
+        (b"digest", b" sha-256=abc "),
+        (b"content-length", b"3"),
+        (b"connection", b"close"),
+        (b"bad name", b"x"),
+        (b"x-ctl", b"a\x01b"),
+    ]
+    assert trailer_fields(fields) == [(b"digest", b"sha-256=abc")]
+
+
+def exchange_for(url: str, headers: list[tuple[bytes, bytes]]) -> Exchange:
+    flow = tflow.tflow()
+    flow.request.url = url
+    flow.request.headers = http.Headers(headers)
+    return Exchange(1, flow, flow.request, body=b"data")
+
+
+def test_the_authority_is_the_host_field_or_else_the_destination() -> None:
+    with_host = exchange_for("http://origin.test:8080/a?b", [(b"Host", b"named.test:8080")])
+    request = upstream_request(with_host, None)
+    assert (request.method, request.scheme, request.target) == (b"GET", b"http", b"/a?b")
+    assert request.authority == b"named.test:8080" and request.body == b"data"
+    assert request.idempotent
+    without = exchange_for("https://origin.test/a", [])
+    assert upstream_request(without, None).authority == b"origin.test"
+    on_port = exchange_for("https://origin.test:8443/a", [])
+    assert upstream_request(on_port, None).authority == b"origin.test:8443"
+
+
+def test_the_host_field_and_hop_by_hop_fields_do_not_travel_as_fields() -> None:
+    exchange = exchange_for(
+        "http://origin.test/",
+        [(b"Host", b"origin.test"), (b"Keep-Alive", b"5"), (b"TE", b"trailers"), (b"X-A", b"1")],
+    )
+    assert upstream_request(exchange, None).headers == [(b"X-A", b"1")]
