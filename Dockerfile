@@ -1,5 +1,5 @@
 # reshape in a container, in two stages. The build stage runs `make venv`: the same pinned install
-# as `make run` and CI (tests/test_packaging.py keeps them together). The image gets only the
+# as `make run` and CI (tests/unit/test_packaging.py keeps them together). The image gets only the
 # virtualenv and the package, never tests/, bench/ or the build tools.
 #
 #   docker build -t reshape .
