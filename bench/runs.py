@@ -187,6 +187,21 @@ def package_version(name: str) -> str:
         return "not installed"
 
 
+def commit_of(checkout: Path) -> str:
+    """The short commit a checkout is at (with `+` if its work tree has changes), or `?`."""
+
+    def git(*argv: str) -> str | None:
+        done = subprocess.run(
+            ["git", "-C", str(checkout), *argv], capture_output=True, text=True, check=False
+        )
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    head = git("rev-parse", "--short", "HEAD")
+    if head is None:
+        return "?"
+    return head + ("+" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def first_line(argv: list[str]) -> str:
     """The first line a command prints (its version, say), or why there is none."""
     try:

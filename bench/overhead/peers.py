@@ -138,12 +138,13 @@ def mitmdump(workdir: Path, origin_ca: Path) -> Iterator[RunningProxy]:
 
 @contextmanager
 def reshape(
-    workdir: Path, origin_ca: Path, policy: Path, workers: int = 1
+    workdir: Path, origin_ca: Path, policy: Path, workers: int = 1, checkout: Path = REPO
 ) -> Iterator[RunningProxy]:
-    """`reshape run` with `policy`, ready once its admin endpoint answers /healthz with 200."""
+    """`reshape run` with `policy`, ready once its admin endpoint answers /healthz with 200;
+    the `reshape` of `checkout`'s own .venv (another commit's, for a before/after row)."""
     port, admin = processes.free_port(), processes.free_port()
     confdir = workdir / "confdir"
-    binary = str(VENV_BIN / "reshape")
+    binary = str(checkout / ".venv" / "bin" / "reshape")
     init = subprocess.run(
         [binary, "ca", "init", "--confdir", str(confdir)],
         capture_output=True,

@@ -223,6 +223,7 @@ def section(
     version_facts: dict[str, str],
     measurements: Sequence[Measurement],
     notes: Sequence[str],
+    profiles: Sequence[str] = (),
 ) -> str:
     """The whole RESULTS.md section, heading included, ending in one newline."""
     facts = "\n".join(
@@ -241,6 +242,7 @@ def section(
         markdown_table(measurements),
         targets,
         extra,
+        "\n".join(profiles),
         f"Machine and versions:\n\n{facts}",
     ]
     return "\n\n".join(part for part in parts if part) + "\n"

@@ -24,7 +24,7 @@ from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench import runs
+from bench import profiles, runs
 from bench.loadgen import runner
 from bench.loadgen.runner import LoadgenError, LoadResult
 from bench.overhead import peers, report
@@ -42,6 +42,9 @@ ORIGIN_HOST = "127.0.0.2"
 FILE_NAME = "1k.bin"
 
 ALL_CONFIGS = ("direct", "squid", "mitmdump", "reshape", "reshape-pooled", "reshape-w2")
+# Rows of another reshape checkout (--baseline): the same policies, in the same run.
+BASELINE_CONFIGS = ("baseline", "baseline-pooled")
+PYTHON_PROXIES = ("mitmdump", "reshape", "reshape-pooled", "reshape-w2", *BASELINE_CONFIGS)
 QUICK_CONFIGS = ("direct", "squid", "mitmdump", "reshape")
 # The origin never closes a keep-alive connection during a run: when nginx closes one that Squid
 # has bumped (pinned to a client connection), Squid relays the last response with
@@ -62,6 +65,8 @@ class Lab:
     origin_ca: Path
     policy: Path
     squid: SquidBinary | None
+    # Another reshape checkout with its own .venv, for the baseline rows; None: no such rows.
+    baseline: Path | None = None
 
 
 ProxyStarter = Callable[[Lab, Path], AbstractContextManager[RunningProxy | None]]
@@ -88,6 +93,17 @@ def _reshape(workers: int, policy: Path | None = None) -> ProxyStarter:
     return start
 
 
+def _baseline(pooled: bool) -> ProxyStarter:
+    """The baseline checkout's reshape, with its own copy of the policy (default or pooled)."""
+
+    def start(lab: Lab, workdir: Path) -> AbstractContextManager[RunningProxy]:
+        assert lab.baseline is not None
+        policy = POOLED_POLICY if pooled else DEFAULT_POLICY
+        return peers.reshape(workdir, lab.origin_ca, policy, 1, checkout=lab.baseline)
+
+    return start
+
+
 STARTERS: dict[str, ProxyStarter] = {
     "direct": _no_proxy,
     "squid": _squid,
@@ -95,6 +111,8 @@ STARTERS: dict[str, ProxyStarter] = {
     "reshape": _reshape(1),
     "reshape-pooled": _reshape(1, POOLED_POLICY),
     "reshape-w2": _reshape(2),
+    "baseline": _baseline(pooled=False),
+    "baseline-pooled": _baseline(pooled=True),
 }
 
 
@@ -119,16 +137,31 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument("--policy", type=Path, default=DEFAULT_POLICY, help="reshape's policy")
     parser.add_argument("--quick", action="store_true", help="smoke test: 2 s rows, fewer configs")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another reshape checkout (with its own .venv): measured in the same run as the "
+        "rows `baseline` and `baseline-pooled` (the default and pooled policies)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="record a py-spy profile of each Python proxy in its first measured window per "
+        "scheme; the breakdown goes beside the figures",
+    )
     runs.add_output_arguments(parser, figures="run")
     args = parser.parse_args(argv)
 
     configs = (
         args.configs.split(",") if args.configs else (QUICK_CONFIGS if args.quick else ALL_CONFIGS)
     )
-    unknown = sorted(set(configs) - set(ALL_CONFIGS))
+    known = (*ALL_CONFIGS, *BASELINE_CONFIGS) if args.baseline else ALL_CONFIGS
+    unknown = sorted(set(configs) - set(known))
     schemes = args.schemes.split(",")
     if unknown or not configs:
-        parser.error(f"--configs: unknown {unknown}; choose from {','.join(ALL_CONFIGS)}")
+        parser.error(f"--configs: unknown {unknown}; choose from {','.join(known)}")
+    if args.baseline is not None and not (args.baseline / ".venv" / "bin" / "reshape").exists():
+        parser.error(f"--baseline: {args.baseline}/.venv/bin/reshape is missing (make venv there)")
     if set(schemes) - set(SCHEMES) or not schemes:
         parser.error("--schemes: http, https or both")
     args.configs = list(dict.fromkeys(configs))
@@ -162,7 +195,8 @@ def _run(args: argparse.Namespace, command: str) -> int:
         www = workdir / "www"
         www.mkdir()
         (www / FILE_NAME).write_bytes(random.Random(1024).randbytes(args.size))
-        lab = Lab(workdir, pki.ca_cert_path, args.policy.resolve(), squid)
+        baseline = args.baseline.resolve() if args.baseline else None
+        lab = Lab(workdir, pki.ca_cert_path, args.policy.resolve(), squid, baseline)
         tls = pki.issue([ORIGIN_HOST])
         origin = functools.partial(
             nginx_origin, www, ORIGIN_HOST, keepalive_requests=ORIGIN_KEEPALIVE_REQUESTS
@@ -171,7 +205,9 @@ def _run(args: argparse.Namespace, command: str) -> int:
             origin(workdir=workdir / "nginx-http") as plain,
             origin(tls=tls, workdir=workdir / "nginx-https") as secure,
         ):
-            measurements, addresses = _measure(args, lab, loadgen, {"http": plain, "https": secure})
+            measurements, addresses, profile_texts = _measure(
+                args, lab, loadgen, {"http": plain, "https": secure}
+            )
         addresses += [(ORIGIN_HOST, plain.port), (ORIGIN_HOST, secure.port)]
     machine_facts["load average at end"] = runs.load_average()
 
@@ -197,6 +233,7 @@ def _run(args: argparse.Namespace, command: str) -> int:
             version_facts=report.versions(runner.go_binary(), squid.version if squid else None),
             measurements=measurements,
             notes=notes,
+            profiles=profile_texts,
         ),
     ):
         say(f"recorded in {args.results}")
@@ -218,11 +255,13 @@ def _as_json(m: Measurement) -> dict[str, object]:
 
 def _measure(
     args: argparse.Namespace, lab: Lab, loadgen: Path, origins: dict[str, Origin]
-) -> tuple[list[Measurement], list[tuple[str, int]]]:
+) -> tuple[list[Measurement], list[tuple[str, int]], list[str]]:
     """Every round, every config, every scheme; each proxy is started once per round.
 
-    Returns the measurements and every address a proxy listened on.
+    Returns the measurements, every address a proxy listened on, and (--profile) the profile
+    breakdowns of the Python proxies' first rounds.
     """
+    profile_texts: list[str] = []
     runs: dict[tuple[str, str], list[LoadResult]] = {}
     cpu: dict[tuple[str, str], list[float]] = {}
     labels: dict[tuple[str, str], str] = {}
@@ -237,13 +276,19 @@ def _measure(
                     addresses.extend(("127.0.0.1", port) for port in proxy.ports)
                 for scheme in args.schemes:
                     key = (config, scheme)
+                    profile = None
+                    if args.profile and round_number == 1 and config in PYTHON_PROXIES:
+                        profile = workdir / f"profile-{scheme}.txt"
                     result, proxy_cpu_s = _load(
-                        args, loadgen, origins[scheme], proxy, lab.origin_ca
+                        args, loadgen, origins[scheme], proxy, lab.origin_ca, profile
                     )
+                    if profile is not None:
+                        title = f"{_label(config, scheme, proxy, lab)}, {scheme}"
+                        profile_texts.append(profiles.markdown(title, profiles.summary(profile)))
                     runs.setdefault(key, []).append(result)
                     if proxy_cpu_s is not None:
                         cpu.setdefault(key, []).append(proxy_cpu_s)
-                    labels[key] = _label(config, scheme, proxy)
+                    labels[key] = _label(config, scheme, proxy, lab)
                     say(
                         f"  {config} {scheme}: {result.rps:,.0f} req/s, p50 {result.p50_ms} ms,"
                         f" p99 {result.p99_ms} ms, errors {result.failed},"
@@ -261,7 +306,7 @@ def _measure(
         for config in args.configs
         for scheme in args.schemes
     ]
-    return measurements, addresses
+    return measurements, addresses, profile_texts
 
 
 def _load(
@@ -270,8 +315,10 @@ def _load(
     origin: Origin,
     proxy: RunningProxy | None,
     origin_ca: Path,
+    profile: Path | None = None,
 ) -> tuple[LoadResult, float | None]:
-    """One load run, and the proxy's CPU seconds over its measured window (None if direct)."""
+    """One load run, and the proxy's CPU seconds over its measured window (None if direct);
+    with `profile`, py-spy samples the proxy over that window into it."""
     cacert = None
     if origin.scheme == "https":
         cacert = proxy.https_ca if proxy else origin_ca
@@ -293,8 +340,14 @@ def _load(
             # The loadgen's window opens `warmup` after its start, give or take its start-up.
             _sleep_until(started + args.warmup)
             before = peers.group_cpu_seconds(proxy.pgid)
-            _sleep_until(started + args.warmup + args.duration)
-            proxy_cpu_s = peers.group_cpu_seconds(proxy.pgid) - before
+            sampled = (
+                profiles.recording(proxy.pgid, args.duration, profile)
+                if profile is not None
+                else contextlib.nullcontext()
+            )
+            with sampled:
+                _sleep_until(started + args.warmup + args.duration)
+                proxy_cpu_s = peers.group_cpu_seconds(proxy.pgid) - before
     except BaseException:
         runner.abort(running)
         raise
@@ -305,8 +358,11 @@ def _sleep_until(moment: float) -> None:
     time.sleep(max(0.0, moment - time.monotonic()))
 
 
-def _label(config: str, scheme: str, proxy: RunningProxy | None) -> str:
+def _label(config: str, scheme: str, proxy: RunningProxy | None, lab: Lab) -> str:
     label = LABELS.get(config, config)
+    if config in BASELINE_CONFIGS and lab.baseline is not None:
+        kind = "upstream pool" if config == "baseline-pooled" else "default policy"
+        label = f"reshape at {runs.commit_of(lab.baseline)} ({kind})"
     if scheme == "https" and proxy is not None and proxy.https_mode != peers.INTERCEPTED:
         label += f" ({proxy.https_mode})"
     return label
