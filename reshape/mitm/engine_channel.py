@@ -60,6 +60,9 @@ log = logging.getLogger("reshape.upstream")
 BODY_HIGH_WATER = 1 << 20
 # At most this much of a response body goes into one event.
 BATCH_BYTES = 256 * 1024
+# An HTTP/2 client's stream may hold this much of a response in mitmproxy's send buffer (its
+# flow-control window is shut) before the engine stops reading the origin for it.
+CLIENT_BACKLOG_HIGH = 1 << 20
 
 # RFC 9110 §5.1, §5.5: a field name is a token; a value has no control characters but HTAB.
 _FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -103,9 +106,17 @@ class _BodyStream:
 class EngineChannel:
     """The exchanges of one `EngineServer` connection of one client connection."""
 
-    def __init__(self, engine: Engine, server: EngineServer) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        server: EngineServer,
+        client_backlog: Callable[[int], int] = lambda stream_id: 0,
+    ) -> None:
         self.engine = engine
         self.server = server
+        # Bytes of a stream's response waiting in the client connection's send buffer (an
+        # HTTP/2 client whose window is shut), which the client socket's drain does not see.
+        self.client_backlog = client_backlog
         self.handler: Any = None  # mitmproxy's ConnectionHandler, once the connection is open
         self.closed = asyncio.Event()
         self._tasks: dict[int, asyncio.Task[None]] = {}
@@ -249,7 +260,7 @@ class EngineChannel:
             if not wanted:
                 response.abort()  # the client side is gone
                 return
-            await self._client_drained()
+            await self._client_drained(stream_id)
             try:
                 async with asyncio.timeout(read_timeout):
                     chunk = await response.read()
@@ -316,14 +327,22 @@ class EngineChannel:
         )
         return wanted
 
-    async def _client_drained(self) -> None:
-        """Wait until the client's socket has taken what was written to it (mitmproxy writes
-        without waiting; this keeps a slow client from piling up a response in memory)."""
+    async def _client_drained(self, stream_id: int) -> None:
+        """Wait until the client has taken what was written for it (mitmproxy writes without
+        waiting; this keeps a slow client from piling up a response in memory): its socket has
+        drained, and an HTTP/2 stream's send buffer is below CLIENT_BACKLOG_HIGH. The latter
+        opens only when the client's WINDOW_UPDATE arrives, which no event here reports: it is
+        looked at again every few milliseconds, and only while a slow HTTP/2 client holds a
+        stream back."""
         io = self.handler.transports.get(self.handler.client) if self.handler else None
         writer = io.writer if io is not None else None
         if writer is not None and not writer.is_closing():
             with contextlib.suppress(ConnectionError):
                 await writer.drain()
+        pause = 0.005
+        while not self.closed.is_set() and self.client_backlog(stream_id) > CLIENT_BACKLOG_HIGH:
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.1)
 
 
 def _take_arrived(response: UpstreamResponse, stream_id: int, batch: list[HttpEvent]) -> bool:

@@ -107,7 +107,9 @@ class JoinEngine(Patch):
             servers[key] = engine_server
             context = self.context.fork()
             context.server = engine_server
-            channel = join._channels[engine_server] = EngineChannel(join.engine, engine_server)
+            channel = join._channels[engine_server] = EngineChannel(
+                join.engine, engine_server, lambda stream_id: _client_backlog(self, stream_id)
+            )
             layer = EngineClient(context, channel, lambda sid: _flow_of(self, sid))
             self.connections[engine_server] = layer
             self.waiting_for_establishment[engine_server].append(event)
@@ -155,6 +157,17 @@ class JoinEngine(Patch):
             original(self, connection, half_close)
 
         yield server.ConnectionHandler, "close_connection", close_connection
+
+
+def _client_backlog(layer: HttpLayer, stream_id: int) -> int:
+    """Bytes of the stream's response in the HTTP/2 client connection's send buffer
+    (mitmproxy's BufferedH2Connection holds what the client's window does not admit yet)."""
+    client_layer = layer.connections.get(layer.context.client)
+    h2_conn = getattr(client_layer, "h2_conn", None)
+    buffers = getattr(h2_conn, "stream_buffers", None)
+    if not buffers or stream_id not in buffers:
+        return 0
+    return sum(len(chunk.data) for chunk in buffers[stream_id])
 
 
 def _flow_of(layer: HttpLayer, stream_id: int) -> http.HTTPFlow | None:
