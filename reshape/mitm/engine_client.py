@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from mitmproxy import connection, http
 from mitmproxy.proxy import commands, events, layer
@@ -84,6 +84,10 @@ class EngineResponse(events.ConnectionEvent):
     # Called when the events have been handed to the stream: whether the stream still wants
     # more (False: it is gone, e.g. its client reset it; the driver stops reading).
     delivered: Callable[[bool], None] | None = None
+    # The writes it causes may wait for the end of the event loop's turn, to leave in one
+    # system call with those of other responses that arrived in the same turn
+    # (reshape/mitm/patches/inline_hooks.py).
+    writes_may_wait: ClassVar[bool] = True
 
     def __repr__(self) -> str:
         return f"EngineResponse({self.stream_id}, {self.http_events!r})"

@@ -20,7 +20,12 @@ The replacement `server_event` is mitmproxy's, with two changes:
   hook with a coroutine handler, or on a handler that is not the proxy's, takes mitmproxy's own
   path.
 - Data for one connection written in one pass goes out in one `write`, before any close of that
-  connection.
+  connection. The passes of events that say their writes may wait (`writes_may_wait`: the
+  engine's responses, which arrive from many tasks in one turn of the event loop when an
+  origin's packet carries several) leave theirs for the end of the turn, so that each client
+  connection gets one `write` per turn; any other pass sends what is waiting first, so the
+  order of the bytes never changes. With HTTP/2 browsers through the pool `StreamWriter.write`
+  was the largest self time in py-spy's profile (7%; each call is a system call under uvloop).
 """
 
 from __future__ import annotations
@@ -40,6 +45,40 @@ from mitmproxy.utils import asyncio_utils
 from reshape.mitm.patches.base import Patch, Replacement
 
 log = logging.getLogger("mitmproxy.addonmanager")
+
+
+class PendingWrites:
+    """One connection handler's data not yet written, per writer, in the order it was sent."""
+
+    def __init__(self) -> None:
+        self.chunks: dict[Any, list[bytes]] = {}
+        self.scheduled = False
+
+    def add(self, writer: Any, data: bytes) -> None:
+        self.chunks.setdefault(writer, []).append(data)
+
+    def flush(self, writer: Any) -> None:
+        chunks = self.chunks.pop(writer, None)
+        if chunks and not writer.is_closing():
+            writer.write(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+
+    def flush_all(self) -> None:
+        self.scheduled = False
+        for writer in list(self.chunks):
+            self.flush(writer)
+
+    def flush_later(self) -> None:
+        if self.chunks and not self.scheduled:
+            self.scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush_all)
+
+
+def pending_writes(handler: server.ConnectionHandler) -> PendingWrites:
+    pending: PendingWrites | None = handler.__dict__.get("_reshape_pending_writes")
+    if pending is None:
+        pending = handler.__dict__["_reshape_pending_writes"] = PendingWrites()
+    return pending
+
 
 Handler = Callable[..., Any]
 
@@ -159,12 +198,7 @@ class InlineHooks(Patch):
                 self.timeout_watchdog.register_activity()
                 table = table_of(self)
                 pending: list[events.Event] = [event]
-                writes: dict[Any, list[bytes]] = {}
-
-                def flush(writer: Any) -> None:
-                    chunks = writes.pop(writer, None)
-                    if chunks and not writer.is_closing():
-                        writer.write(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+                writes = pending_writes(self)
 
                 index = 0
                 while index < len(pending):
@@ -220,12 +254,12 @@ class InlineHooks(Patch):
                             elif isinstance(command, commands.SendData):
                                 writer = self.transports[command.connection].writer
                                 assert writer
-                                writes.setdefault(writer, []).append(command.data)
+                                writes.add(writer, command.data)
                             elif isinstance(command, commands.CloseTcpConnection):
-                                flush(self.transports[command.connection].writer)
+                                writes.flush(self.transports[command.connection].writer)
                                 self.close_connection(command.connection, command.half_close)
                             elif isinstance(command, commands.CloseConnection):
-                                flush(self.transports[command.connection].writer)
+                                writes.flush(self.transports[command.connection].writer)
                                 self.close_connection(command.connection, False)
                             elif isinstance(command, commands.Log):
                                 self.log(command.message, command.level)
@@ -233,7 +267,9 @@ class InlineHooks(Patch):
                                 raise RuntimeError(f"Unexpected command: {command}")
                     except Exception:
                         self.log("mitmproxy has crashed!", logging.ERROR, exc_info=True)
-                for writer in list(writes):
-                    flush(writer)
+                if getattr(event, "writes_may_wait", False):
+                    writes.flush_later()
+                else:
+                    writes.flush_all()
 
         yield server.ConnectionHandler, "server_event", server_event

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 import pytest
 from mitmproxy import exceptions
 
-from reshape.mitm.patches.inline_hooks import HookTable, run_handlers
+from reshape.mitm.patches.inline_hooks import HookTable, PendingWrites, run_handlers
 
 
 class Manager:
@@ -81,3 +82,56 @@ def test_addon_halt_ends_the_hook() -> None:
     table = HookTable(Manager([Halts(), Plain(seen, "never")]))
     run_handlers(table.handlers("request") or [], [object()])
     assert seen == []
+
+
+class Writer:
+    def __init__(self, log: list[tuple[str, bytes]], name: str) -> None:
+        self.log, self.name, self.closing = log, name, False
+
+    def write(self, data: bytes) -> None:
+        self.log.append((self.name, data))
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+
+def test_writes_wait_for_the_end_of_the_turn_and_leave_once_per_writer() -> None:
+    async def main() -> list[tuple[str, bytes]]:
+        log: list[tuple[str, bytes]] = []
+        pending = PendingWrites()
+        a, b = Writer(log, "a"), Writer(log, "b")
+        pending.add(a, b"1")
+        pending.flush_later()
+        pending.add(b, b"x")
+        pending.add(a, b"2")
+        pending.flush_later()
+        assert log == []
+        await asyncio.sleep(0)
+        return log
+
+    assert asyncio.run(main()) == [("a", b"12"), ("b", b"x")]
+
+
+def test_a_pass_that_cannot_wait_sends_what_waits_first_in_order() -> None:
+    async def main() -> list[tuple[str, bytes]]:
+        log: list[tuple[str, bytes]] = []
+        pending = PendingWrites()
+        a = Writer(log, "a")
+        pending.add(a, b"deferred ")
+        pending.flush_later()
+        pending.add(a, b"now")
+        pending.flush_all()
+        await asyncio.sleep(0)
+        return log
+
+    assert asyncio.run(main()) == [("a", b"deferred now")]
+
+
+def test_nothing_is_written_to_a_closing_writer() -> None:
+    log: list[tuple[str, bytes]] = []
+    pending = PendingWrites()
+    a = Writer(log, "a")
+    pending.add(a, b"late")
+    a.closing = True
+    pending.flush(a)
+    assert log == [] and not pending.chunks
