@@ -201,6 +201,7 @@ class H2Upstream:
         self.goaway_received = False
         self._reader: asyncio.Task[None] | None = None
         self.closed = False
+        self._flush_scheduled = False
         self._lost_reported = False
         self.settings_received = asyncio.Event()
 
@@ -222,6 +223,18 @@ class H2Upstream:
     def max_streams(self) -> int:
         announced = self.h2.remote_settings.max_concurrent_streams
         return DEFAULT_MAX_STREAMS if announced is None or announced > 2**20 else announced
+
+    def _flush_soon(self) -> None:
+        """Send what h2 has at the end of this turn of the event loop: the requests that
+        clients hand over in the same turn leave in one write (one TLS record, one system call).
+        Any `_flush` before then sends them all, in order: h2 keeps one outgoing buffer."""
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._scheduled_flush)
+
+    def _scheduled_flush(self) -> None:
+        self._flush_scheduled = False
+        self._flush()
 
     def _flush(self) -> None:
         data = self.h2.data_to_send()
@@ -265,8 +278,9 @@ class H2Upstream:
                     self.h2.send_headers(stream_id, trailers, end_stream=True)
                 else:
                     self.h2.end_stream(stream_id)
-            # Head and body go out in one write when the windows allow it.
-            self._flush()
+            # Head and body go out in one write when the windows allow it, with the other
+            # requests of this turn.
+            self._flush_soon()
             await response.head
         except h2.exceptions.ProtocolError as e:
             if self._forget(stream_id) is not None:
@@ -292,6 +306,8 @@ class H2Upstream:
                 continue
             self.h2.send_data(stream_id, bytes(view[:window]))
             view = view[window:]
+        # A streamed body's chunks leave as they come, not when the window or the body ends.
+        self._flush_soon()
 
     def _acknowledge(self, stream_id: int, size: int) -> None:
         if size and not self.closed:
