@@ -36,6 +36,10 @@ idle one), each waiting non-idempotent request that no connect covers holds back
 HTTP/1.1 connection from pipelining: the one with the fewest in flight. Nothing is added to a
 held-back connection, so it drains and goes to that request by rule 2.
 
+A ceiling (`set_ceiling`) lowers the cap below `max_connections` for a while: the workers of one
+`reshape run --workers N` share each cap (reshape/upstream/budget/), and a worker whose slot
+another worker needs holds fewer connections until it has given one back.
+
 `max_queue` bounds the requests waiting for capacity. Requests matched one-to-one with a
 connection being opened are not counted against it; otherwise `max_queue=0` could never open
 a connection.
@@ -144,7 +148,7 @@ class CloseReason(enum.Enum):
     SHUTDOWN = "shutdown"
     NOT_REUSABLE = "not_reusable"  # a response said so (Connection: close, an error)
     GOAWAY = "goaway"  # HTTP/2 GOAWAY, and its streams have finished
-    OVER_LIMIT = "over_limit"  # idle, and above a max_connections lowered by a policy reload
+    OVER_LIMIT = "over_limit"  # idle, and above a cap lowered by a policy reload or a ceiling
     SERVER_CLOSED = "server_closed"  # the server closed it while the pool thought it idle
 
 
@@ -331,6 +335,8 @@ class HostPool:
         self.known_h2 = False  # the last connection that came up spoke h2
         self.learned_proto = False  # a connection has come up, so known_h2 means something
         self.pipelining_broken = False  # sticky: this origin mangled a pipeline once
+        # (budget) A cap below the limits' one while another worker needs a slot (set_ceiling).
+        self._ceiling: int | None = None
         self._closed = False
         self._conns: dict[int, _Connection] = {}
         self._queue: OrderedDict[int, _Waiter] = OrderedDict()
@@ -346,6 +352,13 @@ class HostPool:
     @property
     def limits(self) -> PoolLimits:
         return self._limits
+
+    @property
+    def max_connections(self) -> int:
+        """The cap in force: the limits', or a lower ceiling."""
+        if self._ceiling is None:
+            return self._limits.max_connections
+        return min(self._ceiling, self._limits.max_connections)
 
     @property
     def queued(self) -> int:
@@ -379,7 +392,7 @@ class HostPool:
             if on
         )
         return (
-            f"<HostPool {self.key} conns={len(self._conns)}/{self._limits.max_connections}"
+            f"<HostPool {self.key} conns={len(self._conns)}/{self.max_connections}"
             f" (connecting={connecting} idle={idle}) in_flight={self.in_flight}"
             f" queued={self.queued}{flags}>"
         )
@@ -430,7 +443,7 @@ class HostPool:
         else:
             spare = sum(1 for c in usable if c.state is ConnState.CONNECTING or c.idle)
             missing = count - max(0, spare - len(self._queue))
-        room = self._limits.max_connections - len(self._conns)
+        room = self.max_connections - len(self._conns)
         actions: list[Action] = []
         for _ in range(max(0, min(missing, room))):
             conn = _Connection(next(self._conn_ids), warm_idle_timeout=idle_timeout)
@@ -586,6 +599,26 @@ class HostPool:
             actions.append(Reject(waiter_id, RejectReason.QUEUE_FULL))
         return actions
 
+    def set_ceiling(self, ceiling: int | None, now: float) -> list[Action]:
+        """(budget) Hold at most `ceiling` connections (connecting ones count), below the
+        limits' cap; None: the limits' cap alone. As under a lowered cap, idle connections above
+        it close at once (least recently used first), busy ones as they fall idle, and none
+        opens meanwhile."""
+        if ceiling is not None and ceiling < 0:
+            raise ValueError(f"ceiling must not be negative, not {ceiling}")
+        self._ceiling = ceiling
+        return self._settle(now)
+
+    def abandon_connect(self, conn_id: int, now: float) -> list[Action]:
+        """(budget) The driver dropped a connection before it began to connect (no slot of a
+        shared cap for it, or nobody left to use it): unlike `connection_failed`, nobody is
+        rejected for it; the queue is planned again."""
+        conn = self._conns.get(conn_id)
+        if conn is None or conn.state is not ConnState.CONNECTING:
+            return []
+        del self._conns[conn_id]
+        return self._settle(now)
+
     def tick(self, now: float) -> list[Action]:
         """Time passed: queue timeouts and idle expiry (see `next_deadline`)."""
         return self._settle(now)
@@ -633,7 +666,7 @@ class HostPool:
                 actions.append(self._close(conn, conn.draining))
             elif now - conn.idle_since >= conn.idle_timeout(self._limits):
                 actions.append(self._close(conn, CloseReason.IDLE_TIMEOUT))
-        excess = len(self._conns) - self._limits.max_connections
+        excess = len(self._conns) - self.max_connections
         if excess > 0:
             idle = sorted(
                 (c for c in self._conns.values() if c.idle), key=lambda c: (c.idle_since, c.conn_id)
@@ -664,7 +697,7 @@ class HostPool:
     def _plan_for_waiters(self, now: float) -> list[Action]:
         """Rules 3 and 4 for a queue that no free connection can serve."""
         connecting = self._connecting_count()
-        room = max(0, self._limits.max_connections - len(self._conns))
+        room = max(0, self.max_connections - len(self._conns))
         # A live h2 connection whose streams are all busy is waited for, not added to: clients
         # should hold one h2 connection per origin (RFC 9113 section 9.1), and its streams free
         # up as responses end.
