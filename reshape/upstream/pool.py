@@ -36,9 +36,10 @@ idle one), each waiting non-idempotent request that no connect covers holds back
 HTTP/1.1 connection from pipelining: the one with the fewest in flight. Nothing is added to a
 held-back connection, so it drains and goes to that request by rule 2.
 
-A ceiling (`set_ceiling`) lowers the cap below `max_connections` for a while: the workers of one
-`reshape run --workers N` share each cap (reshape/upstream/budget/), and a worker whose slot
-another worker needs holds fewer connections until it has given one back.
+The workers of one `reshape run --workers N` share each cap (reshape/upstream/budget/). A worker
+whose slots another worker needs is asked for them back, in one of two ways: a ceiling
+(`set_ceiling`) lowers the cap for a while, as a policy reload can; `lend` closes connections
+that stay idle a moment, which this worker's own requests evidently do not need.
 
 `max_queue` bounds the requests waiting for capacity. Requests matched one-to-one with a
 connection being opened are not counted against it; otherwise `max_queue=0` could never open
@@ -149,6 +150,7 @@ class CloseReason(enum.Enum):
     NOT_REUSABLE = "not_reusable"  # a response said so (Connection: close, an error)
     GOAWAY = "goaway"  # HTTP/2 GOAWAY, and its streams have finished
     OVER_LIMIT = "over_limit"  # idle, and above a cap lowered by a policy reload or a ceiling
+    NEEDED_ELSEWHERE = "needed_elsewhere"  # idle a while, and another worker waits (`lend`)
     SERVER_CLOSED = "server_closed"  # the server closed it while the pool thought it idle
 
 
@@ -335,8 +337,11 @@ class HostPool:
         self.known_h2 = False  # the last connection that came up spoke h2
         self.learned_proto = False  # a connection has come up, so known_h2 means something
         self.pipelining_broken = False  # sticky: this origin mangled a pipeline once
-        # (budget) A cap below the limits' one while another worker needs a slot (set_ceiling).
+        # (budget) While other workers wait for slots of the cap they share with this pool: a
+        # cap below the limits' (set_ceiling), and connections to close once idle a while (lend).
         self._ceiling: int | None = None
+        self._lend = 0
+        self._lend_after = 0.0
         self._closed = False
         self._conns: dict[int, _Connection] = {}
         self._queue: OrderedDict[int, _Waiter] = OrderedDict()
@@ -402,6 +407,8 @@ class HostPool:
         deadlines = [
             c.idle_since + c.idle_timeout(self._limits) for c in self._conns.values() if c.idle
         ]
+        if self._lend:
+            deadlines += [c.idle_since + self._lend_after for c in self._conns.values() if c.idle]
         oldest = self._oldest_waiter()
         if oldest is not None:
             deadlines.append(oldest.enqueued_at + self._limits.queue_timeout)
@@ -609,6 +616,17 @@ class HostPool:
         self._ceiling = ceiling
         return self._settle(now)
 
+    def lend(self, count: int, now: float, *, after: float) -> list[Action]:
+        """(budget) Other workers wait for `count` slots of the cap they share with this pool:
+        close up to `count` connections once they have stayed idle `after` seconds (least
+        recently used first). A connection a request of this pool takes in time is kept."""
+        if count < 0:
+            raise ValueError(f"count must not be negative, not {count}")
+        if not after > 0:
+            raise ValueError(f"after must be positive, not {after}")
+        self._lend, self._lend_after = count, after
+        return self._settle(now)
+
     def abandon_connect(self, conn_id: int, now: float) -> list[Action]:
         """(budget) The driver dropped a connection before it began to connect (no slot of a
         shared cap for it, or nobody left to use it): unlike `connection_failed`, nobody is
@@ -644,6 +662,7 @@ class HostPool:
         actions = self._expire_waiters(now)
         actions += self._close_unwanted(now)
         actions += self._serve_front(now)
+        actions += self._lend_spare(now)
         if self._queue:
             actions += self._plan_for_waiters(now)
         return actions
@@ -672,6 +691,23 @@ class HostPool:
                 (c for c in self._conns.values() if c.idle), key=lambda c: (c.idle_since, c.conn_id)
             )
             actions += [self._close(c, CloseReason.OVER_LIMIT) for c in idle[:excess]]
+        return actions
+
+    def _lend_spare(self, now: float) -> list[Action]:
+        """(budget) After serving the queue: close connections nobody here wanted a while."""
+        actions: list[Action] = []
+        if self._lend:
+            spare = sorted(
+                (
+                    c
+                    for c in self._conns.values()
+                    if c.idle and now - c.idle_since >= self._lend_after
+                ),
+                key=lambda c: (c.idle_since, c.conn_id),
+            )
+            for conn in spare[: self._lend]:
+                actions.append(self._close(conn, CloseReason.NEEDED_ELSEWHERE))
+                self._lend -= 1
         return actions
 
     def _serve_front(self, now: float) -> list[Action]:

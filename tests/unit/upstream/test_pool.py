@@ -649,6 +649,28 @@ def test_a_ceiling_bounds_preconnect() -> None:
     assert pool.preconnect(3, 0.0, idle_timeout=5.0) == [Open(1, warm=True)]
 
 
+def test_lending_closes_connections_that_stay_idle_and_keeps_those_taken_in_time() -> None:
+    pool = make(max_connections=3, http2=False)
+    busy_h1(pool, 3)
+    pool.request_done(1, 101, 1.0, reusable=True)
+    pool.request_done(2, 102, 2.0, reusable=True)
+    assert pool.lend(1, 2.5, after=1.0) == [Close(1, CloseReason.NEEDED_ELSEWHERE)]
+    assert pool.lend(2, 2.5, after=1.0) == []  # connection 2 has been idle 0.5 s
+    assert pool.next_deadline() == 3.0
+    assert pool.request(4, 2.9, idempotent=True) == [Assign(4, 2, REUSED, 0.0)]  # taken in time
+    assert pool.tick(3.5) == []
+    assert pool.request_done(2, 4, 4.0, reusable=True) == []
+    assert pool.request_done(3, 103, 4.5, reusable=True) == []
+    assert pool.tick(5.0) == [Close(2, CloseReason.NEEDED_ELSEWHERE)]
+    assert pool.tick(5.5) == [Close(3, CloseReason.NEEDED_ELSEWHERE)]
+    assert pool.tick(9.0) == []  # both lent: the rest stays
+    assert pool.request(5, 9.0, idempotent=True) == [Open(4)]  # lending does not lower the cap
+    with pytest.raises(ValueError, match="count"):
+        pool.lend(-1, 9.0, after=1.0)
+    with pytest.raises(ValueError, match="after"):
+        pool.lend(1, 9.0, after=0.0)
+
+
 def test_an_abandoned_connect_rejects_nobody_and_is_planned_again() -> None:
     pool = make(max_connections=2, http2=False)
     assert pool.request(1, 0.0, idempotent=True) == [Open(1)]
@@ -855,6 +877,8 @@ class PoolMachine(RuleBasedStateMachine):
         self.learned_proto = False
         self.assignments = 0
         self.ceiling: int | None = None
+        self.lend = 0  # connections to close once idle lend_after seconds
+        self.lend_after = 1.0
 
     @initialize(key=st.sampled_from([KEY, HTTPS_KEY]), limits=LIMITS)
     def start(self, key: PoolKey, limits: PoolLimits) -> None:
@@ -985,6 +1009,9 @@ class PoolMachine(RuleBasedStateMachine):
                     assert self.now - conn.idle_since >= self.limits.idle_timeout
                 elif action.reason is CloseReason.OVER_LIMIT:
                     assert len(self.conns) + 1 > self.cap()
+                elif action.reason is CloseReason.NEEDED_ELSEWHERE:
+                    assert self.lend > 0 and self.now - conn.idle_since >= self.lend_after
+                    self.lend -= 1
                 else:
                     assert conn.draining
             elif isinstance(action, Retry):
@@ -1200,6 +1227,11 @@ class PoolMachine(RuleBasedStateMachine):
         self.ceiling = ceiling
         self.play(self.pool.set_ceiling(ceiling, self.now), "set_ceiling")
 
+    @rule(count=st.integers(0, 2), after=st.sampled_from([0.5, 1.0]))
+    def lend_idle(self, count: int, after: float) -> None:
+        self.lend, self.lend_after = count, after
+        self.play(self.pool.lend(count, self.now, after=after), "lend")
+
     @precondition(lambda self: self.connecting())
     @rule(data=st.data())
     def abandon_connect(self, data: st.DataObject) -> None:
@@ -1282,6 +1314,12 @@ class PoolMachine(RuleBasedStateMachine):
             for c in self.conns.values()
             if c.ready and not c.in_flight
         ]
+        if self.lend:
+            deadlines += [
+                c.idle_since + self.lend_after
+                for c in self.conns.values()
+                if c.ready and not c.in_flight
+            ]
         assert pool.next_deadline() == min((d for d in deadlines if d != math.inf), default=None)
         assert repr(pool)
 
