@@ -262,3 +262,38 @@ async def test_workers_share_which_protocol_an_origin_speaks(
         assert pool.learned_proto and not pool.known_h2
         assert pool.active_connections == 3
         assert await asyncio.gather(*pending) == [b"x"] * 3
+
+
+def test_a_pool_has_one_name_in_every_worker_and_each_pool_its_own() -> None:
+    """The broker knows a pool by its name: each worker builds its routes with its own objects
+    (its own address book), and the same knobs must still name the same pool."""
+    from reshape.base.addresses import ListenAddress
+    from reshape.features.destinations.rules import OwnAddressBook, OwnAddresses
+    from reshape.features.pool.routes import Destination, route
+    from reshape.policy.schema import DestinationKnobs, Policy, TlsRecordKnobs, UpstreamKnobs
+    from reshape.upstream.budget.client import pool_name
+
+    def worker_route(policy: Policy) -> Route:
+        own = OwnAddressBook(OwnAddresses.of([ListenAddress("127.0.0.1", 8080)]))
+        destination = Destination.of("https", "origin.test", 443)
+        return route(destination, policy, "p", "-", client="client-1", own=own)
+
+    policy = Policy(
+        upstream=UpstreamKnobs(max_connections_per_host=2),
+        tls_records=TlsRecordKnobs(side="both"),
+        destinations=DestinationKnobs(private="deny"),
+    )
+    names = {pool_name(worker_route(policy).pool_id) for _ in range(2)}
+    assert len(names) == 1
+    (name,) = names
+    assert name.startswith("https://origin.test:443#") and " at 0x" not in name
+    others = [
+        Policy(upstream=UpstreamKnobs(max_connections_per_host=3)),
+        Policy(upstream=UpstreamKnobs(max_connections_per_host=2), tls_records=policy.tls_records),
+        Policy(
+            upstream=UpstreamKnobs(max_connections_per_host=2),
+            tls_records=policy.tls_records,
+            destinations=DestinationKnobs(private="deny", loopback="deny"),
+        ),
+    ]
+    assert len({name, *(pool_name(worker_route(p).pool_id) for p in others)}) == 4
