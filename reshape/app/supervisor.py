@@ -52,6 +52,7 @@ from reshape.base.addresses import ListenAddress
 from reshape.base.errors import ReshapeError
 from reshape.features.onboarding.downloads import CaDownloads
 from reshape.features.request_log.addon import RequestLogFile
+from reshape.features.telemetry.metrics import BudgetCollector
 from reshape.policy.loader import parse_policy_text
 from reshape.policy.reload import PolicyHolder, read_policy_text, watch_policy
 from reshape.upstream.budget.broker import BudgetBroker
@@ -224,6 +225,7 @@ async def serve_supervised(config: RunConfig) -> None:
     metrics_dir = tempfile.mkdtemp(prefix="reshape-metrics-")
     broker = BudgetBroker(budget_socket(metrics_dir))
     supervisor = Supervisor(config, metrics_dir, broker.path)
+    supervisor.registry.register(BudgetCollector(lambda: broker.stats))
     supervisor.save_policy(text)
     holder.on_change(lambda old, new: supervisor.save_policy(holder.text or ""))
     content = AdminContent(

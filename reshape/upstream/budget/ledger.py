@@ -53,6 +53,7 @@ class LedgerStats:
     waited: int = 0  # acquires that found no free slot and waited
     denied: int = 0  # speculative acquires without a free slot
     reclaims: int = 0  # requests for slots back sent to a holder
+    waiting: int = 0  # acquires waiting now
 
 
 @dataclass
@@ -83,7 +84,9 @@ class SlotLedger:
 
     @property
     def stats(self) -> LedgerStats:
-        return LedgerStats(self._granted, self._waited, self._denied, self._reclaims)
+        return LedgerStats(
+            self._granted, self._waited, self._denied, self._reclaims, len(self._tickets)
+        )
 
     def pools(self) -> list[str]:
         return list(self._pools)

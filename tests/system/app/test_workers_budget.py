@@ -151,6 +151,9 @@ def test_two_workers_never_put_more_than_the_cap_on_an_origin(
     assert len(serving_processes(proxy)) == 2, "both workers served browsers"
     # Without the shared budget each worker would keep its own cap: twice it at the origin.
     assert origin.most_open == cap
+    # The supervisor's /metrics says the workers waited for each other's slots.
+    assert proxy.metric("reshape_upstream_budget_waits_total") > 0
+    assert proxy.metric("reshape_upstream_budget_waiting") == 0
 
 
 @pytest.mark.slow
