@@ -60,6 +60,9 @@ log = logging.getLogger("reshape.upstream")
 
 # Pool timers fire this long after a deadline (see `_schedule`).
 TIMER_SLACK = 0.001
+# (budget) How long connects may wait for a slot of the cap shared with other workers while
+# their pool has no requests for them, before they are called off.
+SLOT_WAIT_GRACE = 0.25
 # How long a new HTTP/2 connection waits for the server's SETTINGS (its stream limit).
 SETTINGS_WAIT = 1.0
 # Destinations whose protocol (h1 or h2) the engine remembers after their pool is gone, so that a
@@ -275,8 +278,10 @@ class Engine:
         # (budget) Set by a worker of `reshape run --workers N`: each pool's cap is shared with
         # the other workers (reshape/upstream/budget/). None: this process's pools are all.
         self.budget: ConnectionBudget | None = None
-        # (budget) Connects waiting for a slot, per pool, oldest first.
+        # (budget) Connects waiting for a slot, per pool, oldest first; and when to check
+        # that the pool still has requests for them.
         self._slot_waits: dict[HostPool, dict[ConnectionRecord, None]] = {}
+        self._slot_wait_checks: dict[HostPool, asyncio.TimerHandle] = {}
 
     def now(self) -> float:
         return asyncio.get_running_loop().time()
@@ -288,6 +293,9 @@ class Engine:
         for _, handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
+        for handle in self._slot_wait_checks.values():
+            handle.cancel()
+        self._slot_wait_checks.clear()
         now = self.now()
         for pool in list(self.pools.values()):
             self.run(pool, pool.close_all(now))
@@ -445,7 +453,7 @@ class Engine:
                     )
         self._schedule(pool)
         if self._slot_waits:
-            self._call_off_slot_waits(pool)
+            self._watch_slot_waits(pool)
 
     def forget_connection(self, record: ConnectionRecord) -> None:
         if self.connections.pop((record.pool, record.conn_id), None) is not None:
@@ -557,10 +565,24 @@ class Engine:
         self.run(pool, pool.abandon_connect(record.conn_id, self.now()))
         return False
 
+    def _watch_slot_waits(self, pool: HostPool) -> None:
+        """More connects wait for a slot than the pool has requests queued (they were served
+        by connections that fell free, timed out, or left): if that still holds a moment later,
+        the extra ones are called off. At once would be too soon: a busy worker's queue empties
+        and fills again all the time, and its waits are its share of the cap."""
+        waits = self._slot_waits.get(pool)
+        if waits and len(waits) > pool.queued and pool not in self._slot_wait_checks:
+            self._slot_wait_checks[pool] = asyncio.get_running_loop().call_later(
+                SLOT_WAIT_GRACE, self._slot_waits_checked, pool
+            )
+
+    def _slot_waits_checked(self, pool: HostPool) -> None:
+        del self._slot_wait_checks[pool]
+        self._call_off_slot_waits(pool)
+
     def _call_off_slot_waits(self, pool: HostPool) -> None:
-        """Connects waiting for a slot beyond the requests still queued (which timed out, left,
-        or were served otherwise) would only make other workers give up slots nobody here
-        needs: the newest are called off."""
+        """Connects waiting for a slot beyond the requests queued would only make other workers
+        give up slots nobody here needs: the newest are called off."""
         waits = self._slot_waits.get(pool)
         excess = len(waits) - pool.queued if waits else 0
         if excess <= 0 or not waits:
