@@ -14,6 +14,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -195,6 +196,51 @@ def test_the_slots_of_a_worker_that_dies_come_back(
     os.kill(victim, signal.SIGKILL)
     # Load again once the supervisor has replaced it (the connections a dying worker's
     # listener had queued are reset with it: tests/system/app/test_supervisor.py).
+    wait_replaced(proxy, victim)
+    origin.reset_most_open()
+    assert set(browse(proxy, origin)) == {"200"}
+    # Both slots were to be had again (a leaked one would have left the load one connection).
+    assert origin.most_open == 2
+    assert proxy.stop() == 0
+
+
+@pytest.mark.slow
+def test_the_slots_of_a_worker_killed_mid_request_come_back(
+    start_reshape: StartProxy, origin: CountingOrigin, tmp_path: Path
+) -> None:
+    knobs = "{upstream: {max_connections_per_host: 2, queue_timeout: 5, idle_timeout: 300}}"
+    proxy = start_reshape(*START, policy=policy(tmp_path, knobs))
+    origin.delay = 3.0
+    with ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(browse, proxy, origin, 4, 1)
+        # Both slots carry a request the origin is still answering when a holder dies.
+        deadline = time.monotonic() + 10
+        while origin.open < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        holders = origin_connections_by_process(origin)
+        assert sum(holders.values()) == 2, holders
+        victim = sorted(holders)[0]
+        os.kill(victim, signal.SIGKILL)
+        origin.delay = 0.02
+        outcomes = slow.result(LOAD_TIMEOUT)
+    # The victim's clients lose their requests with it (their connections reset); whatever
+    # the survivor had is answered, none turned away for want of a slot.
+    assert len(outcomes) == 4, outcomes
+    assert {o for o in outcomes if o.isdigit()} <= {"200"}, outcomes
+    wait_replaced(proxy, victim)
+    # The origin notices the dead worker's connections closed only once its answers on them
+    # are due (it sleeps meanwhile): until then it would count them as open.
+    deadline = time.monotonic() + 10
+    while origin.open and time.monotonic() < deadline:
+        time.sleep(0.05)
+    origin.reset_most_open()
+    assert set(browse(proxy, origin)) == {"200"}
+    assert origin.most_open == 2
+    assert proxy.stop() == 0
+
+
+def wait_replaced(proxy: RunningProxy, victim: int) -> None:
+    """Until the supervisor has replaced the killed worker `victim`, and answers healthy."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         pids = worker_pids(proxy)
@@ -202,8 +248,3 @@ def test_the_slots_of_a_worker_that_dies_come_back(
             break
         time.sleep(0.1)
     wait_healthy(proxy)
-    origin.reset_most_open()
-    assert set(browse(proxy, origin)) == {"200"}
-    # Both slots were to be had again (a leaked one would have left the load one connection).
-    assert origin.most_open == 2
-    assert proxy.stop() == 0
