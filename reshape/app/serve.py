@@ -20,6 +20,7 @@ from reshape.base.addresses import ListenAddress
 from reshape.base.errors import ReshapeError
 from reshape.features.onboarding.downloads import CaDownloads
 from reshape.policy.reload import PolicyHolder, watch_policy
+from reshape.upstream.budget.client import BudgetClient
 
 log = logging.getLogger("reshape")
 
@@ -27,6 +28,8 @@ WORKER_CONFIG_ENV = "RESHAPE_WORKER_CONFIG"
 WORKER_READY = b"reshape-worker-ready\n"
 # The supervisor's copy of the last valid policy file, which a (re)started worker begins with.
 WORKER_POLICY_ENV = "RESHAPE_WORKER_POLICY"
+# The unix socket of the supervisor's budget broker: per-host caps shared by all workers.
+WORKER_BUDGET_ENV = "RESHAPE_WORKER_BUDGET"
 
 
 async def start_admin(
@@ -147,6 +150,7 @@ async def serve_worker(index: int, config: RunConfig) -> None:
     prepared = prepare(replace(config, policy_path=Path(snapshot)) if snapshot else config)
     holder = PolicyHolder(config.policy_path, prepared.policy_file)
     process = proxy_process(config, prepared, holder, reuse_port=True)
+    budget = await join_budget(process)
     await process.start()
     watcher = watch_policy(holder)
     log.info("worker %d (pid %d) listening on %s", index, os.getpid(), config.listen)
@@ -155,3 +159,18 @@ async def serve_worker(index: int, config: RunConfig) -> None:
     await stop_signals().wait()
     watcher.cancel()
     await process.stop(config.drain_seconds)
+    if budget is not None:
+        await budget.close()
+
+
+async def join_budget(process: ProxyProcess) -> BudgetClient | None:
+    """Share the per-host caps with the other workers, through the supervisor's broker."""
+    path = os.environ.get(WORKER_BUDGET_ENV)
+    if not path:
+        return None
+    try:
+        budget = await BudgetClient.connect(Path(path), process.engine)
+    except OSError as e:
+        raise ReshapeError(f"cannot reach the supervisor's connection budget {path}: {e}") from None
+    process.engine.budget = budget
+    return budget

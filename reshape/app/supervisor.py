@@ -12,6 +12,11 @@ policy than its siblings.
 
 SIGUSR1 (the request log was rotated) is passed on to every worker, each of which has the file
 open.
+
+Per-host caps hold across the workers: the supervisor runs the budget broker
+(reshape/upstream/budget/) on a unix socket beside the metrics; each worker's engine asks it for
+a slot before it opens an origin connection, and a worker that dies gives its slots back as its
+socket closes.
 """
 
 from __future__ import annotations
@@ -36,13 +41,21 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from reshape.app.admin import AdminContent
 from reshape.app.config import RunConfig
 from reshape.app.runtime import log_startup, prepare, stop_signals
-from reshape.app.serve import WORKER_POLICY_ENV, WORKER_READY, start_admin, worker_environment
+from reshape.app.serve import (
+    WORKER_BUDGET_ENV,
+    WORKER_POLICY_ENV,
+    WORKER_READY,
+    start_admin,
+    worker_environment,
+)
 from reshape.base.addresses import ListenAddress
 from reshape.base.errors import ReshapeError
 from reshape.features.onboarding.downloads import CaDownloads
 from reshape.features.request_log.addon import RequestLogFile
+from reshape.features.telemetry.metrics import BudgetCollector
 from reshape.policy.loader import parse_policy_text
 from reshape.policy.reload import PolicyHolder, read_policy_text, watch_policy
+from reshape.upstream.budget.broker import BudgetBroker
 
 log = logging.getLogger("reshape.supervisor")
 
@@ -51,6 +64,8 @@ READY_TIMEOUT = 30.0
 # not crashing once: the supervisor gives up instead of restarting it forever.
 CRASH_LOOP_SECONDS = 5.0
 CRASH_LOOP_LIMIT = 3
+# A unix socket's path has room for 107 bytes; past this the broker's goes to /tmp instead.
+SOCKET_PATH_MAX = 100
 
 
 def claim_port(address: ListenAddress) -> ListenAddress:
@@ -76,10 +91,20 @@ class Worker:
     started: float
 
 
+def budget_socket(metrics_dir: str) -> Path:
+    """Where the budget broker listens: beside the metrics (a directory only this user can
+    enter), or in a directory of its own under /tmp if that path is too long for a socket."""
+    path = Path(metrics_dir) / "budget.sock"
+    if len(str(path)) <= SOCKET_PATH_MAX:
+        return path
+    return Path(tempfile.mkdtemp(prefix="reshape-", dir="/tmp")) / "budget.sock"
+
+
 class Supervisor:
-    def __init__(self, config: RunConfig, metrics_dir: str) -> None:
+    def __init__(self, config: RunConfig, metrics_dir: str, budget: Path) -> None:
         self.config = config
         self.metrics_dir = metrics_dir
+        self.budget = budget
         # The last valid policy file's text, which (re)started workers begin with.
         self.policy_snapshot = Path(metrics_dir) / "policy-snapshot.yaml"
         self.workers: dict[int, Worker] = {}
@@ -98,6 +123,7 @@ class Supervisor:
             **worker_environment(self.config),
             "PROMETHEUS_MULTIPROC_DIR": self.metrics_dir,
             WORKER_POLICY_ENV: str(self.policy_snapshot),
+            WORKER_BUDGET_ENV: str(self.budget),
         }
         process = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -197,7 +223,9 @@ async def serve_supervised(config: RunConfig) -> None:
     text = read_policy_text(config.policy_path)  # the text a restarted worker begins with
     holder = PolicyHolder(config.policy_path, parse_policy_text(text, config.policy_path))
     metrics_dir = tempfile.mkdtemp(prefix="reshape-metrics-")
-    supervisor = Supervisor(config, metrics_dir)
+    broker = BudgetBroker(budget_socket(metrics_dir))
+    supervisor = Supervisor(config, metrics_dir, broker.path)
+    supervisor.registry.register(BudgetCollector(lambda: broker.stats))
     supervisor.save_policy(text)
     holder.on_change(lambda old, new: supervisor.save_policy(holder.text or ""))
     content = AdminContent(
@@ -213,6 +241,7 @@ async def serve_supervised(config: RunConfig) -> None:
         signal.SIGUSR1, supervisor.forward, signal.SIGUSR1
     )
     watcher = watch_policy(holder, after_sighup=supervisor.forward_sighup)
+    await broker.start()
     try:
         for index in range(config.workers):
             await supervisor.spawn(index)
@@ -224,6 +253,9 @@ async def serve_supervised(config: RunConfig) -> None:
     finally:
         watcher.cancel()
         await supervisor.stop_all()
+        await broker.stop()
         await admin.stop()
         shutil.rmtree(metrics_dir, ignore_errors=True)
+        if broker.path.parent != Path(metrics_dir):
+            shutil.rmtree(broker.path.parent, ignore_errors=True)
     log.info("stopped")

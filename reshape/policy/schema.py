@@ -33,7 +33,8 @@ class UpstreamKnobs:
 
     max_connections_per_host: int = knob(
         6,
-        doc="Connections to one origin (scheme, host, port, TLS name), all clients together.",
+        doc="Connections to one origin (scheme, host, port, TLS name), all clients and all "
+        "workers together.",
         minimum=1,
         maximum=1000,
     )

@@ -23,8 +23,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from reshape.upstream.budget import ConnectionBudget, PoolIdentity
 from reshape.upstream.h1 import H1Upstream
 from reshape.upstream.h2 import H2Upstream, check_h2_version
 from reshape.upstream.observer import EngineObserver, Labels
@@ -59,6 +60,9 @@ log = logging.getLogger("reshape.upstream")
 
 # Pool timers fire this long after a deadline (see `_schedule`).
 TIMER_SLACK = 0.001
+# (budget) How long connects may wait for a slot of the cap shared with other workers while
+# their pool has no requests for them, before they are called off.
+SLOT_WAIT_GRACE = 0.25
 # How long a new HTTP/2 connection waits for the server's SETTINGS (its stream limit).
 SETTINGS_WAIT = 1.0
 # Destinations whose protocol (h1 or h2) the engine remembers after their pool is gone, so that a
@@ -187,6 +191,8 @@ class ConnectionRecord:
         # A warm connection: the (policy, arm) that asked for it, and whether a request used it.
         self.warm_for: tuple[str, str] | None = None
         self.warm_used = False
+        # (budget) The pool whose slot of the cap shared with other workers this one holds.
+        self.slot: PoolId | None = None
 
     # ConnectionListener
 
@@ -232,6 +238,8 @@ class ConnectionRecord:
         )
         if self.pool.pipelining_broken and not broken_before:
             self.engine.observer.pipelining_disabled()
+            if self.engine.budget is not None:  # (budget) the other workers learn it too
+                self.engine.budget.pipelining_broke(self.pool.key)
             log.warning(
                 "%s closed a pipeline without warning: no longer pipelining to it",
                 _describe(self.pool.key),
@@ -267,6 +275,13 @@ class Engine:
         self.first_sight: Callable[[Route], tuple[int, float] | None] | None = None
         self._next_waiter = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        # (budget) Set by a worker of `reshape run --workers N`: each pool's cap is shared with
+        # the other workers (reshape/upstream/budget/). None: this process's pools are all.
+        self.budget: ConnectionBudget | None = None
+        # (budget) Connects waiting for a slot, per pool, oldest first; and when to check
+        # that the pool still has requests for them.
+        self._slot_waits: dict[HostPool, dict[ConnectionRecord, None]] = {}
+        self._slot_wait_checks: dict[HostPool, asyncio.TimerHandle] = {}
 
     def now(self) -> float:
         return asyncio.get_running_loop().time()
@@ -278,6 +293,9 @@ class Engine:
         for _, handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
+        for handle in self._slot_wait_checks.values():
+            handle.cancel()
+        self._slot_wait_checks.clear()
         now = self.now()
         for pool in list(self.pools.values()):
             self.run(pool, pool.close_all(now))
@@ -434,6 +452,8 @@ class Engine:
                         ),
                     )
         self._schedule(pool)
+        if self._slot_waits:
+            self._watch_slot_waits(pool)
 
     def forget_connection(self, record: ConnectionRecord) -> None:
         if self.connections.pop((record.pool, record.conn_id), None) is not None:
@@ -443,11 +463,21 @@ class Engine:
             self._connections_changed()
             if record.warm_for is not None and not record.warm_used:
                 self.observer.preconnect_finished(record.warm_for, False)
+        if record.slot is not None and self.budget is not None:
+            self.budget.release(record.slot)  # (budget) its slot of the shared cap goes back
+            record.slot = None
 
     async def _connect(self, pool: HostPool, record: ConnectionRecord) -> None:
         key = pool.key
         route = self._routes.get(pool)
         route_timeout = route.connect_timeout if route is not None else 10.0
+        if (
+            self.budget is not None
+            and route is not None
+            and route.owner is None  # a client's own pool is this worker's alone
+            and not await self._take_slot(pool, record, route)
+        ):
+            return
         tls = None
         try:
             if key.scheme == "https":
@@ -504,6 +534,86 @@ class Engine:
             pool.connection_ready(record.conn_id, proto, self.now(), max_streams=max_streams),
         )
 
+    # (budget) the cap shared with other workers
+
+    async def _take_slot(self, pool: HostPool, record: ConnectionRecord, route: Route) -> bool:
+        """Wait for a slot of the cap shared with the other workers (the requests wait in the
+        pool's queue meanwhile); a warm connection takes a free one or none. False: the
+        connection is dropped, without failing anyone, for want of a slot or of requests (those
+        it was opened for timed out, or another connection served them meanwhile)."""
+        assert self.budget is not None
+        warm = record.warm_for is not None
+        if not warm:
+            self._slot_waits.setdefault(pool, {})[record] = None
+        try:
+            granted = await self.budget.acquire(
+                route.pool_id, pool.limits.max_connections, speculative=warm
+            )
+        except asyncio.CancelledError:
+            self.forget_connection(record)
+            raise
+        finally:
+            waits = self._slot_waits.get(pool, {})
+            waits.pop(record, None)
+            if not waits:
+                self._slot_waits.pop(pool, None)
+        if granted:
+            record.slot = route.pool_id
+        if granted and (warm or pool.queued):
+            return True
+        self.forget_connection(record)
+        self.run(pool, pool.abandon_connect(record.conn_id, self.now()))
+        return False
+
+    def _watch_slot_waits(self, pool: HostPool) -> None:
+        """More connects wait for a slot than the pool has requests queued (they were served
+        by connections that fell free, timed out, or left): if that still holds a moment later,
+        the extra ones are called off. At once would be too soon: a busy worker's queue empties
+        and fills again all the time, and its waits are its share of the cap."""
+        waits = self._slot_waits.get(pool)
+        if waits and len(waits) > pool.queued and pool not in self._slot_wait_checks:
+            self._slot_wait_checks[pool] = asyncio.get_running_loop().call_later(
+                SLOT_WAIT_GRACE, self._slot_waits_checked, pool
+            )
+
+    def _slot_waits_checked(self, pool: HostPool) -> None:
+        del self._slot_wait_checks[pool]
+        self._call_off_slot_waits(pool)
+
+    def _call_off_slot_waits(self, pool: HostPool) -> None:
+        """Connects waiting for a slot beyond the requests queued would only make other workers
+        give up slots nobody here needs: the newest are called off."""
+        waits = self._slot_waits.get(pool)
+        excess = len(waits) - pool.queued if waits else 0
+        if excess <= 0 or not waits:
+            return
+        for record in list(waits)[-excess:]:
+            del waits[record]
+            if record.connect_task is not None:
+                record.connect_task.cancel()
+            self.forget_connection(record)
+            self.run(pool, pool.abandon_connect(record.conn_id, self.now()))
+
+    def limit_pool(self, pool_id: PoolIdentity, ceiling: int | None) -> None:
+        """Other workers wait for slots: the pool holds at most `ceiling` connections (None: its
+        own cap), closing idle ones at once and busy ones as they fall idle."""
+        pool = self.pools.get(cast(PoolId, pool_id))
+        if pool is not None:
+            self.run(pool, pool.set_ceiling(ceiling, self.now()))
+
+    def lend_from_pool(self, pool_id: PoolIdentity, count: int, after: float) -> None:
+        """Other workers wait for slots: the pool closes up to `count` connections that stay
+        idle `after` seconds."""
+        pool = self.pools.get(cast(PoolId, pool_id))
+        if pool is not None:
+            self.run(pool, pool.lend(count, self.now(), after=after))
+
+    def pipelining_broken_elsewhere(self, key: PoolKey) -> None:
+        """Another worker saw `key` break a pipeline: this one stops pipelining to it too."""
+        for pool in self.pools.values():
+            if pool.key == key:
+                pool.pipelining_broken = True
+
     # plumbing
 
     def _pool(self, route: Route) -> HostPool:
@@ -514,13 +624,15 @@ class Engine:
         if pool is None:
             pool = self.pools[route.pool_id] = HostPool(route.key, route.limits)
             remembered = self._protocols.get(route.key)
+            if self.budget is not None:  # (budget) what any worker saw last
+                remembered = self.budget.protocol(route.key) or remembered
             if remembered is not None:
                 pool.learned_proto = True
                 pool.known_h2 = remembered is Proto.H2
             # What one pool learned about an origin that breaks pipelines holds for all.
             pool.pipelining_broken = any(
                 other.pipelining_broken for other in self.pools.values() if other.key == route.key
-            )
+            ) or (self.budget is not None and self.budget.breaks_pipelining(route.key))
         self._routes[pool] = route
         return pool
 
@@ -544,6 +656,8 @@ class Engine:
         self._protocols.move_to_end(key)
         while len(self._protocols) > REMEMBERED_PROTOCOLS:
             self._protocols.popitem(last=False)
+        if self.budget is not None:  # (budget) the other workers learn it too
+            self.budget.protocol_learned(key, proto)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(coroutine, name=name)

@@ -36,6 +36,11 @@ idle one), each waiting non-idempotent request that no connect covers holds back
 HTTP/1.1 connection from pipelining: the one with the fewest in flight. Nothing is added to a
 held-back connection, so it drains and goes to that request by rule 2.
 
+The workers of one `reshape run --workers N` share each cap (reshape/upstream/budget/). A worker
+whose slots another worker needs is asked for them back, in one of two ways: a ceiling
+(`set_ceiling`) lowers the cap for a while, as a policy reload can; `lend` closes connections
+that stay idle a moment, which this worker's own requests evidently do not need.
+
 `max_queue` bounds the requests waiting for capacity. Requests matched one-to-one with a
 connection being opened are not counted against it; otherwise `max_queue=0` could never open
 a connection.
@@ -144,7 +149,8 @@ class CloseReason(enum.Enum):
     SHUTDOWN = "shutdown"
     NOT_REUSABLE = "not_reusable"  # a response said so (Connection: close, an error)
     GOAWAY = "goaway"  # HTTP/2 GOAWAY, and its streams have finished
-    OVER_LIMIT = "over_limit"  # idle, and above a max_connections lowered by a policy reload
+    OVER_LIMIT = "over_limit"  # idle, and above a cap lowered by a policy reload or a ceiling
+    NEEDED_ELSEWHERE = "needed_elsewhere"  # idle a while, and another worker waits (`lend`)
     SERVER_CLOSED = "server_closed"  # the server closed it while the pool thought it idle
 
 
@@ -331,6 +337,11 @@ class HostPool:
         self.known_h2 = False  # the last connection that came up spoke h2
         self.learned_proto = False  # a connection has come up, so known_h2 means something
         self.pipelining_broken = False  # sticky: this origin mangled a pipeline once
+        # (budget) While other workers wait for slots of the cap they share with this pool: a
+        # cap below the limits' (set_ceiling), and connections to close once idle a while (lend).
+        self._ceiling: int | None = None
+        self._lend = 0
+        self._lend_after = 0.0
         self._closed = False
         self._conns: dict[int, _Connection] = {}
         self._queue: OrderedDict[int, _Waiter] = OrderedDict()
@@ -346,6 +357,13 @@ class HostPool:
     @property
     def limits(self) -> PoolLimits:
         return self._limits
+
+    @property
+    def max_connections(self) -> int:
+        """The cap in force: the limits', or a lower ceiling."""
+        if self._ceiling is None:
+            return self._limits.max_connections
+        return min(self._ceiling, self._limits.max_connections)
 
     @property
     def queued(self) -> int:
@@ -379,7 +397,7 @@ class HostPool:
             if on
         )
         return (
-            f"<HostPool {self.key} conns={len(self._conns)}/{self._limits.max_connections}"
+            f"<HostPool {self.key} conns={len(self._conns)}/{self.max_connections}"
             f" (connecting={connecting} idle={idle}) in_flight={self.in_flight}"
             f" queued={self.queued}{flags}>"
         )
@@ -389,6 +407,8 @@ class HostPool:
         deadlines = [
             c.idle_since + c.idle_timeout(self._limits) for c in self._conns.values() if c.idle
         ]
+        if self._lend:
+            deadlines += [c.idle_since + self._lend_after for c in self._conns.values() if c.idle]
         oldest = self._oldest_waiter()
         if oldest is not None:
             deadlines.append(oldest.enqueued_at + self._limits.queue_timeout)
@@ -430,7 +450,7 @@ class HostPool:
         else:
             spare = sum(1 for c in usable if c.state is ConnState.CONNECTING or c.idle)
             missing = count - max(0, spare - len(self._queue))
-        room = self._limits.max_connections - len(self._conns)
+        room = self.max_connections - len(self._conns)
         actions: list[Action] = []
         for _ in range(max(0, min(missing, room))):
             conn = _Connection(next(self._conn_ids), warm_idle_timeout=idle_timeout)
@@ -586,6 +606,37 @@ class HostPool:
             actions.append(Reject(waiter_id, RejectReason.QUEUE_FULL))
         return actions
 
+    def set_ceiling(self, ceiling: int | None, now: float) -> list[Action]:
+        """(budget) Hold at most `ceiling` connections (connecting ones count), below the
+        limits' cap; None: the limits' cap alone. As under a lowered cap, idle connections above
+        it close at once (least recently used first), busy ones as they fall idle, and none
+        opens meanwhile."""
+        if ceiling is not None and ceiling < 0:
+            raise ValueError(f"ceiling must not be negative, not {ceiling}")
+        self._ceiling = ceiling
+        return self._settle(now)
+
+    def lend(self, count: int, now: float, *, after: float) -> list[Action]:
+        """(budget) Other workers wait for `count` slots of the cap they share with this pool:
+        close up to `count` connections once they have stayed idle `after` seconds (least
+        recently used first). A connection a request of this pool takes in time is kept."""
+        if count < 0:
+            raise ValueError(f"count must not be negative, not {count}")
+        if not after > 0:
+            raise ValueError(f"after must be positive, not {after}")
+        self._lend, self._lend_after = count, after
+        return self._settle(now)
+
+    def abandon_connect(self, conn_id: int, now: float) -> list[Action]:
+        """(budget) The driver dropped a connection before it began to connect (no slot of a
+        shared cap for it, or nobody left to use it): unlike `connection_failed`, nobody is
+        rejected for it; the queue is planned again."""
+        conn = self._conns.get(conn_id)
+        if conn is None or conn.state is not ConnState.CONNECTING:
+            return []
+        del self._conns[conn_id]
+        return self._settle(now)
+
     def tick(self, now: float) -> list[Action]:
         """Time passed: queue timeouts and idle expiry (see `next_deadline`)."""
         return self._settle(now)
@@ -611,6 +662,7 @@ class HostPool:
         actions = self._expire_waiters(now)
         actions += self._close_unwanted(now)
         actions += self._serve_front(now)
+        actions += self._lend_spare(now)
         if self._queue:
             actions += self._plan_for_waiters(now)
         return actions
@@ -633,12 +685,29 @@ class HostPool:
                 actions.append(self._close(conn, conn.draining))
             elif now - conn.idle_since >= conn.idle_timeout(self._limits):
                 actions.append(self._close(conn, CloseReason.IDLE_TIMEOUT))
-        excess = len(self._conns) - self._limits.max_connections
+        excess = len(self._conns) - self.max_connections
         if excess > 0:
             idle = sorted(
                 (c for c in self._conns.values() if c.idle), key=lambda c: (c.idle_since, c.conn_id)
             )
             actions += [self._close(c, CloseReason.OVER_LIMIT) for c in idle[:excess]]
+        return actions
+
+    def _lend_spare(self, now: float) -> list[Action]:
+        """(budget) After serving the queue: close connections nobody here wanted a while."""
+        actions: list[Action] = []
+        if self._lend:
+            spare = sorted(
+                (
+                    c
+                    for c in self._conns.values()
+                    if c.idle and now - c.idle_since >= self._lend_after
+                ),
+                key=lambda c: (c.idle_since, c.conn_id),
+            )
+            for conn in spare[: self._lend]:
+                actions.append(self._close(conn, CloseReason.NEEDED_ELSEWHERE))
+                self._lend -= 1
         return actions
 
     def _serve_front(self, now: float) -> list[Action]:
@@ -664,7 +733,7 @@ class HostPool:
     def _plan_for_waiters(self, now: float) -> list[Action]:
         """Rules 3 and 4 for a queue that no free connection can serve."""
         connecting = self._connecting_count()
-        room = max(0, self._limits.max_connections - len(self._conns))
+        room = max(0, self.max_connections - len(self._conns))
         # A live h2 connection whose streams are all busy is waited for, not added to: clients
         # should hold one h2 connection per origin (RFC 9113 section 9.1), and its streams free
         # up as responses end.

@@ -219,7 +219,9 @@ class PeerRules:
     knobs and the proxy's own addresses, on the address a connection actually reached."""
 
     knobs: DestinationKnobs
-    own: OwnAddressBook
+    # Out of the repr, which names the pool in the budget the workers share (the same knobs are
+    # the same pool in every worker; each has its own book): reshape/upstream/budget/client.py.
+    own: OwnAddressBook = field(repr=False)
 
     def refusal(self, peer: tuple[str, int], host: str, policy: str) -> Refusal | None:
         reason = refusal(peer, self.knobs, self.own.current)

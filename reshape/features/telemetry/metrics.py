@@ -10,14 +10,17 @@ merges them; gauges therefore declare how they merge (`multiprocess_mode`).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import prometheus_client
 from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from reshape.base.client_family import CLIENT_FAMILIES
 from reshape.features.client_errors.rules import CLIENT_ERROR_KINDS
+from reshape.upstream.budget.ledger import LedgerStats
 
 prometheus_client.disable_created_metrics()
 
@@ -328,3 +331,35 @@ def precreate(label_pairs: Iterable[tuple[str, str]]) -> None:
         tls_record_bytes.labels(side)
         for size in TLS_RECORD_SIZES:
             tls_records_total.labels(side, size)
+
+
+class BudgetCollector(Collector):
+    """The per-host connection budget the workers of `reshape run --workers N` share, as the
+    supervisor's broker counts it (reshape/upstream/budget/); collected in the supervisor."""
+
+    def __init__(self, stats: Callable[[], LedgerStats]) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.stats()
+        yield CounterMetricFamily(
+            "reshape_upstream_budget_waits",
+            "Origin connections that waited for a slot of a per-host cap other workers held.",
+            value=stats.waited,
+        )
+        yield CounterMetricFamily(
+            "reshape_upstream_budget_reclaims",
+            "Requests to a worker to give slots back for another (a lower cap for a while, or "
+            "connections that stay idle).",
+            value=stats.reclaims,
+        )
+        yield CounterMetricFamily(
+            "reshape_upstream_budget_denied",
+            "Warm connections not opened: every slot of the cap was held.",
+            value=stats.denied,
+        )
+        yield GaugeMetricFamily(
+            "reshape_upstream_budget_waiting",
+            "Origin connections waiting for a slot now.",
+            value=stats.waiting,
+        )

@@ -616,6 +616,75 @@ def test_a_lowered_max_queue_rejects_the_newest() -> None:
     ]
 
 
+# -- a ceiling below the cap (workers sharing the cap: reshape/upstream/budget/)
+
+
+def test_a_ceiling_closes_an_idle_connection_at_once_and_a_busy_one_when_it_falls_idle() -> None:
+    pool = make(max_connections=3)
+    busy_h1(pool, 3)
+    pool.request_done(2, 102, 1.0, reusable=True)
+    assert pool.set_ceiling(1, 2.0) == [Close(2, CloseReason.OVER_LIMIT)]
+    assert pool.max_connections == 1
+    assert pool.request(1, 2.0, idempotent=True) == []  # no Open above the ceiling
+    # Idle above the ceiling: closed even though a request waits (the slot is owed elsewhere).
+    assert pool.request_done(1, 101, 3.0, reusable=True) == [Close(1, CloseReason.OVER_LIMIT)]
+    assert pool.request_done(3, 103, 4.0, reusable=True) == [Assign(1, 3, REUSED, 2.0)]
+
+
+def test_a_lifted_ceiling_opens_for_waiters_and_never_rises_above_the_limits() -> None:
+    pool = make(max_connections=2)
+    assert pool.set_ceiling(0, 0.0) == []
+    for w in (1, 2, 3):
+        assert pool.request(w, 0.0, idempotent=True) == []
+    assert pool.set_ceiling(5, 1.0) == [Open(1), Open(2)]
+    assert pool.max_connections == 2
+    assert pool.set_ceiling(None, 1.0) == []
+    with pytest.raises(ValueError, match="ceiling"):
+        pool.set_ceiling(-1, 1.0)
+
+
+def test_a_ceiling_bounds_preconnect() -> None:
+    pool = make(max_connections=3, http2=False)
+    pool.set_ceiling(1, 0.0)
+    assert pool.preconnect(3, 0.0, idle_timeout=5.0) == [Open(1, warm=True)]
+
+
+def test_lending_closes_connections_that_stay_idle_and_keeps_those_taken_in_time() -> None:
+    pool = make(max_connections=3, http2=False)
+    busy_h1(pool, 3)
+    pool.request_done(1, 101, 1.0, reusable=True)
+    pool.request_done(2, 102, 2.0, reusable=True)
+    assert pool.lend(1, 2.5, after=1.0) == [Close(1, CloseReason.NEEDED_ELSEWHERE)]
+    assert pool.lend(2, 2.5, after=1.0) == []  # connection 2 has been idle 0.5 s
+    assert pool.next_deadline() == 3.0
+    assert pool.request(4, 2.9, idempotent=True) == [Assign(4, 2, REUSED, 0.0)]  # taken in time
+    assert pool.tick(3.5) == []
+    assert pool.request_done(2, 4, 4.0, reusable=True) == []
+    assert pool.request_done(3, 103, 4.5, reusable=True) == []
+    assert pool.tick(5.0) == [Close(2, CloseReason.NEEDED_ELSEWHERE)]
+    assert pool.tick(5.5) == [Close(3, CloseReason.NEEDED_ELSEWHERE)]
+    assert pool.tick(9.0) == []  # both lent: the rest stays
+    assert pool.request(5, 9.0, idempotent=True) == [Open(4)]  # lending does not lower the cap
+    with pytest.raises(ValueError, match="count"):
+        pool.lend(-1, 9.0, after=1.0)
+    with pytest.raises(ValueError, match="after"):
+        pool.lend(1, 9.0, after=0.0)
+
+
+def test_an_abandoned_connect_rejects_nobody_and_is_planned_again() -> None:
+    pool = make(max_connections=2, http2=False)
+    assert pool.request(1, 0.0, idempotent=True) == [Open(1)]
+    assert pool.abandon_connect(1, 0.5) == [Open(2)]  # the request still needs one
+    assert pool.cancel(1, 0.6) == []
+    assert pool.abandon_connect(2, 0.7) == []  # nobody waits: nothing opens
+    assert pool.active_connections == 0 and pool.queued == 0
+    assert pool.abandon_connect(2, 0.8) == []  # unknown: ignored
+    pool.request(3, 1.0, idempotent=True)
+    pool.connection_ready(3, H1, 1.0)
+    assert pool.abandon_connect(3, 1.1) == []  # ready, not connecting: not abandoned
+    assert pool.active_connections == 1
+
+
 # -- shutdown, unknown ids, views
 
 
@@ -807,6 +876,9 @@ class PoolMachine(RuleBasedStateMachine):
         self.known_h2 = False
         self.learned_proto = False
         self.assignments = 0
+        self.ceiling: int | None = None
+        self.lend = 0  # connections to close once idle lend_after seconds
+        self.lend_after = 1.0
 
     @initialize(key=st.sampled_from([KEY, HTTPS_KEY]), limits=LIMITS)
     def start(self, key: PoolKey, limits: PoolLimits) -> None:
@@ -816,6 +888,11 @@ class PoolMachine(RuleBasedStateMachine):
         self.pool = HostPool(key, limits)
 
     # model helpers
+
+    def cap(self) -> int:
+        if self.ceiling is None:
+            return self.limits.max_connections
+        return min(self.ceiling, self.limits.max_connections)
 
     def connecting(self) -> int:
         return sum(1 for c in self.conns.values() if not c.ready)
@@ -864,7 +941,7 @@ class PoolMachine(RuleBasedStateMachine):
         for action in actions:
             if isinstance(action, Open):
                 assert action.conn_id > self.last_conn
-                assert len(self.conns) < self.limits.max_connections
+                assert len(self.conns) < self.cap()
                 self.last_conn = action.conn_id
                 self.conns[action.conn_id] = ModelConn()
                 opened = True
@@ -931,7 +1008,10 @@ class PoolMachine(RuleBasedStateMachine):
                 if action.reason is CloseReason.IDLE_TIMEOUT:
                     assert self.now - conn.idle_since >= self.limits.idle_timeout
                 elif action.reason is CloseReason.OVER_LIMIT:
-                    assert len(self.conns) + 1 > self.limits.max_connections
+                    assert len(self.conns) + 1 > self.cap()
+                elif action.reason is CloseReason.NEEDED_ELSEWHERE:
+                    assert self.lend > 0 and self.now - conn.idle_since >= self.lend_after
+                    self.lend -= 1
                 else:
                     assert conn.draining
             elif isinstance(action, Retry):
@@ -1142,6 +1222,25 @@ class PoolMachine(RuleBasedStateMachine):
         self.play(self.pool.set_limits(limits, self.now), "set_limits")
         assert len(self.queue) <= limits.max_queue + self.connecting()
 
+    @rule(ceiling=st.one_of(st.none(), st.integers(0, 3)))
+    def set_ceiling(self, ceiling: int | None) -> None:
+        self.ceiling = ceiling
+        self.play(self.pool.set_ceiling(ceiling, self.now), "set_ceiling")
+
+    @rule(count=st.integers(0, 2), after=st.sampled_from([0.5, 1.0]))
+    def lend_idle(self, count: int, after: float) -> None:
+        self.lend, self.lend_after = count, after
+        self.play(self.pool.lend(count, self.now, after=after), "lend")
+
+    @precondition(lambda self: self.connecting())
+    @rule(data=st.data())
+    def abandon_connect(self, data: st.DataObject) -> None:
+        conn_id = data.draw(st.sampled_from([c for c, x in self.conns.items() if not x.ready]))
+        del self.conns[conn_id]
+        actions = self.pool.abandon_connect(conn_id, self.now)
+        assert not any(isinstance(a, Reject) for a in actions)
+        self.play(actions, "abandon_connect")
+
     @rule(dt=st.sampled_from([0.25, 1.0, 2.5, 10.0]))
     def tick(self, dt: float) -> None:
         deadline = self.pool.next_deadline()
@@ -1153,7 +1252,9 @@ class PoolMachine(RuleBasedStateMachine):
 
     @rule()
     def serve_everything(self) -> None:
-        """Liveness: if every connect succeeds and every response ends, nobody waits forever."""
+        """Liveness: if every connect succeeds and every response ends, nobody waits forever
+        (once a ceiling is lifted: the other workers got the slots they were owed)."""
+        self.set_ceiling(None)
         for _ in range(200):
             work = [
                 c
@@ -1177,6 +1278,7 @@ class PoolMachine(RuleBasedStateMachine):
         """Liveness under load: a new idempotent request for every response that ends (oldest
         first) must not keep every connection busy forever while a non-idempotent one waits."""
         target = next(w for w in self.queue if not self.waiters[w].idempotent)
+        self.set_ceiling(None)
         for _ in range(100):
             if self.waiters[target].status != "queued":
                 return
@@ -1212,12 +1314,18 @@ class PoolMachine(RuleBasedStateMachine):
             for c in self.conns.values()
             if c.ready and not c.in_flight
         ]
+        if self.lend:
+            deadlines += [
+                c.idle_since + self.lend_after
+                for c in self.conns.values()
+                if c.ready and not c.in_flight
+            ]
         assert pool.next_deadline() == min((d for d in deadlines if d != math.inf), default=None)
         assert repr(pool)
 
     @invariant()
     def nobody_waits_who_could_be_served(self) -> None:
-        if len(self.conns) > self.limits.max_connections:  # a lowered cap: only busy ones stay
+        if len(self.conns) > self.cap():  # a lowered cap: only busy ones stay
             assert all(not x.ready or x.in_flight for x in self.conns.values())
         requeued = sum(1 for w in self.queue if self.waiters[w].requeued)
         assert len(self.queue) <= self.limits.max_queue + self.highest_cap + requeued
@@ -1229,7 +1337,7 @@ class PoolMachine(RuleBasedStateMachine):
                 assert not (conn.proto is H2 and len(conn.in_flight) < conn.max_streams)
         if self.live_h2():  # waits for a stream
             return
-        if len(self.conns) < self.limits.max_connections:  # room: connects cover the queue
+        if len(self.conns) < self.cap():  # room: connects cover the queue
             if self.expects_h2():
                 assert self.connecting() >= 1
             else:
