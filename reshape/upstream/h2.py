@@ -459,8 +459,10 @@ class H2Upstream:
                 response._fail(Unanswered(str(error)))
         self._streams.clear()
         self._waiter_of.clear()
-        self.listener.lost(answered)
+        # Closed before it is reported: the report gives the connection's budget slot back,
+        # and another worker may open one at once (the cap holds at the origin only so).
         self.wire.close()
+        self.listener.lost(answered)
 
     def close(self) -> None:
         """Close once idle (GOAWAY drained, or the pool's idle timeout); reported through `lost`."""
