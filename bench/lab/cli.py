@@ -4,6 +4,8 @@
     python -m bench.lab run NAME            run one fully; tables to stdout, section in RESULTS.md,
                                             plots in bench/plots/
     python -m bench.lab run --quick NAME    a short version (what the test suite runs)
+    python -m bench.lab run --profile NAME  also record the proxy the experiment profiles with
+                                            py-spy and publish the breakdown (gateway)
     python -m bench.lab report --json FILE  tables, plots and RESULTS.md section again, from the
                                             --json record of a run
 
@@ -31,6 +33,7 @@ from pathlib import Path
 
 from bench import runs
 from bench.lab.experiments import NAMES, Experiment, experiment
+from bench.lab.gateway_report import gateway_charts, gateway_overview, gateway_tables
 from bench.lab.network import network
 from bench.lab.plot import write_pngs
 from bench.lab.preconnect_report import (
@@ -38,6 +41,7 @@ from bench.lab.preconnect_report import (
     preconnect_overview,
     preconnect_tables,
 )
+from bench.lab.profile import Profiler, ProfilerError
 from bench.lab.report import (
     Run,
     booster_charts,
@@ -49,7 +53,7 @@ from bench.lab.report import (
     plt_tables,
     section,
 )
-from bench.lab.runner import run_loads
+from bench.lab.runner import GroupCpu, run_loads, run_warm_loads
 from bench.lab.sites import hosts_for
 from bench.overhead.peers import ProxyStartError
 from labkit.browser import BrowserSession, PageLoadError
@@ -83,6 +87,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     run.add_argument("--json", type=Path, help="also write the run's record (every load) here")
     run.add_argument("--workdir", type=Path, help="keep origins' roots, logs, proxies' files here")
+    run.add_argument(
+        "--profile",
+        action="store_true",
+        help="record the profiled proxy (gateway: pooled) with py-spy during the page loads and "
+        "publish its breakdown by function and by area",
+    )
     report = commands.add_parser("report", help="publish a run again from its --json record")
     report.add_argument("--json", type=Path, required=True, help="a record from run --json")
     report.add_argument("--no-record", action="store_true", help="do not write RESULTS.md")
@@ -96,6 +106,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.command == "run" and args.reps is not None and args.reps < 1:
         parser.error("--reps must be at least 1")
+    if args.command == "run" and args.profile and experiment(args.name).profiled is None:
+        parser.error(f"--profile: the {args.name} experiment profiles no proxy")
     return args
 
 
@@ -112,7 +124,7 @@ def main(argv: Sequence[str]) -> int:
         return _publish(Run.from_json(json.loads(args.json.read_text())), args)
     try:
         return _run(args, shlex.join(["python", "-m", "bench.lab", *argv]))
-    except (ProxyStartError, OriginStartError, PageLoadError) as error:
+    except (ProxyStartError, OriginStartError, PageLoadError, ProfilerError) as error:
         say(f"FAILED: {error}")
         return 1
 
@@ -143,16 +155,34 @@ def _run(args: argparse.Namespace, command: str) -> int:
         cas = [net.pki.ca_cert_path]
         cas += [e.proxy.https_ca for e in net.endpoints.values() if e.proxy is not None]
         say(f"{len(cells)} cells x {chosen.reps} repetitions = {len(cells) * chosen.reps} loads")
+        group_cpu: list[GroupCpu] = []
+        profiler = Profiler(workdir / "profile") if args.profile else None
         with BrowserSession(cas) as browser:
-            loads = run_loads(
-                net,
-                browser,
-                cells,
-                chosen.links,
-                chosen.reps,
-                chosen.name,
-                every_host_warm=not chosen.quick,
-            )
+            try:
+                if chosen.warm:
+                    loads, group_cpu = run_warm_loads(
+                        net,
+                        browser,
+                        cells,
+                        chosen.links,
+                        chosen.reps,
+                        chosen.name,
+                        profiler=profiler,
+                        profiled=chosen.profiled,
+                    )
+                else:
+                    loads = run_loads(
+                        net,
+                        browser,
+                        cells,
+                        chosen.links,
+                        chosen.reps,
+                        chosen.name,
+                        every_host_warm=not chosen.quick,
+                    )
+            finally:
+                if profiler is not None:
+                    profiler.close()
         pages = net.pages
     facts["load average at end"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
     run = Run(
@@ -164,6 +194,8 @@ def _run(args: argparse.Namespace, command: str) -> int:
         configs,
         pages,
         facts,
+        group_cpu,
+        profiler.profiles if profiler is not None else {},
     )
     if args.json:
         args.json.write_text(json.dumps(run.as_json(), indent=1))
@@ -178,19 +210,25 @@ def _publish(run: Run, args: argparse.Namespace) -> int:
     elif chosen.name == "preconnect":
         tables, overview = preconnect_tables(run), preconnect_overview(run)
         charts_of = preconnect_charts
+    elif chosen.name == "gateway":
+        tables, overview, charts_of = gateway_tables(run), gateway_overview(run), gateway_charts
     else:
         tables, overview, charts_of = plt_tables(run), plt_overview(run), plt_charts
     for page, table in tables.items():
         print(f"\n## {chosen.name}: {page}\n\n{table}")
     print(f"\n## {chosen.name}\n\n{overview}")
     plots_dir = args.plots or (None if args.no_record else PLOTS)
-    plots: dict[str, str] = {}
+    plots: dict[str, list[str]] = {}
     if plots_dir is not None:
         charts = charts_of(run, plots_dir)
         write_pngs(charts)
         for path in charts:
-            page = path.stem.split("-", 2)[2]
-            plots[page] = os.path.relpath(path.resolve(), args.results.resolve().parent)
+            # lab-<experiment>-<page>[-<what>].png: the longest page name it starts with.
+            rest = path.stem.split("-", 2)[2]
+            page = max((p for p in chosen.pages if rest == p or rest.startswith(f"{p}-")), key=len)
+            plots.setdefault(page, []).append(
+                os.path.relpath(path.resolve(), args.results.resolve().parent)
+            )
         say(f"plots in {plots_dir}")
     if runs.publish(args, heading(chosen.name), section(run, tables, plots, overview)):
         say(f"recorded in {args.results}")

@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -17,7 +17,8 @@ from typing import Any
 from bench.lab.experiments import DEFAULT_REPS, Experiment, experiment, resources_per_host
 from bench.lab.network import Config, describe
 from bench.lab.plot import COLORS, Chart, Panel, Point, Reference, Series
-from bench.lab.runner import Cell, Load
+from bench.lab.profile import Profile
+from bench.lab.runner import Cell, GroupCpu, Load
 from bench.lab.sites import DESCRIPTIONS, HOSTS, Page, build_pages
 from bench.lab.stats import Summary, summarize
 from bench.runs import package_version
@@ -35,6 +36,8 @@ class Run:
     configs: list[Config]
     pages: dict[str, dict[str, Page]]  # variant -> name -> page
     machine: dict[str, str]
+    group_cpu: list[GroupCpu] = field(default_factory=list)  # warm runs: CPU per cell
+    profiles: dict[str, Profile] = field(default_factory=dict)  # --profile: tag -> profile
 
     def label(self, config: str) -> str:
         return next((c.title for c in self.configs if c.name == config), config)
@@ -55,10 +58,13 @@ class Run:
                     "kind": c.kind,
                     "policy": c.policy and str(c.policy),
                     "label": c.label,
+                    "workers": c.workers,
                 }
                 for c in self.configs
             ],
             "loads": [load.as_json() for load in self.loads],
+            "group_cpu": [group.as_json() for group in self.group_cpu],
+            "profiles": {tag: profile.as_json() for tag, profile in self.profiles.items()},
         }
 
     @classmethod
@@ -73,11 +79,19 @@ class Run:
             record["minutes"],
             [Load(**load) for load in record["loads"]],
             [
-                Config(c["name"], c["kind"], c["policy"] and Path(c["policy"]), c["label"])
+                Config(
+                    c["name"],
+                    c["kind"],
+                    c["policy"] and Path(c["policy"]),
+                    c["label"],
+                    c.get("workers", 1),
+                )
                 for c in record["configs"]
             ],
             _pages_again(chosen),
             record["machine"],
+            [GroupCpu(**group) for group in record.get("group_cpu", [])],
+            {tag: Profile.from_json(p) for tag, p in record.get("profiles", {}).items()},
         )
 
 
@@ -124,7 +138,7 @@ def cell_text(summary: Summary | None) -> str:
 def plt_tables(run: Run) -> dict[str, str]:
     """Page -> markdown: a compact table of medians per RTT, and every figure in <details>."""
     stats, failed = summaries(run.loads), failures(run.loads)
-    configs = _configs_in(run)
+    configs = configs_in(run)
     out = {}
     for page in run.experiment.pages:
         links = list(run.experiment.links)
@@ -156,7 +170,7 @@ def plt_tables(run: Run) -> dict[str, str]:
                 direct = stats.get(Cell(variant, page, "direct", link))
                 for config in configs:
                     detail.append(
-                        _detail_row(run, Cell(variant, page, config, link), stats, failed, direct)
+                        detail_row(run, Cell(variant, page, config, link), stats, failed, direct)
                     )
         out[page] = (
             markdown_table(header, rows)
@@ -174,7 +188,7 @@ def plt_overview(run: Run) -> str:
     links = list(run.experiment.links)
     rows = []
     for variant in run.experiment.variants:
-        for config in _configs_in(run):
+        for config in configs_in(run):
             if config == "direct":
                 continue
             row = [variant, run.label(config)]
@@ -211,7 +225,7 @@ def plt_charts(run: Run, directory: Path) -> dict[Path, Chart]:
             panel = Panel(
                 f"{variant} origins", "RTT between proxy and origins (ms)", x_ticks=[*rtts.values()]
             )
-            for index, config in enumerate(_configs_in(run)):
+            for index, config in enumerate(configs_in(run)):
                 points = [
                     Point(rtt, s.median, s.low, s.high)
                     for link, rtt in rtts.items()
@@ -263,10 +277,10 @@ def booster_tables(run: Run) -> dict[str, str]:
             "",
         ]
         rows = []
-        references = [c for c in _configs_in(run) if not c.startswith("cap-")]
+        references = [c for c in configs_in(run) if not c.startswith("cap-")]
         for config in [*(f"cap-{n}" for n in caps), *references]:
             cell = Cell(variant, page, config, link)
-            row = _detail_row(run, cell, stats, failed, direct)[2:]
+            row = detail_row(run, cell, stats, failed, direct)[2:]
             notes = []
             if config == f"cap-{rule}":
                 notes.append("rule N = R/2")
@@ -297,7 +311,7 @@ def booster_overview(run: Run) -> str:
     stats = summaries(run.loads)
     variant = run.experiment.variants[0]
     link = next(iter(run.experiment.links))
-    references = [c for c in _configs_in(run) if not c.startswith("cap-")]
+    references = [c for c in configs_in(run) if not c.startswith("cap-")]
     header = ["page", "R", "best N", "best ms", "N = R/2", "rule ms", "rule vs best"]
     header += [f"{run.label(c)} ms" for c in references]
     rows = []
@@ -350,7 +364,7 @@ def booster_charts(run: Run, directory: Path) -> dict[Path, Chart]:
             if (s := stats.get(Cell(variant, page, f"cap-{n}", link))) is not None
         ]
         panel.series.append(Series("reshape with cap N", points, COLORS[0]))
-        references = [c for c in _configs_in(run) if not c.startswith("cap-")]
+        references = [c for c in configs_in(run) if not c.startswith("cap-")]
         for index, config in enumerate(references, start=1):
             summary = stats.get(Cell(variant, page, config, link))
             if summary is not None:
@@ -368,9 +382,11 @@ def booster_charts(run: Run, directory: Path) -> dict[Path, Chart]:
 # --- the RESULTS.md section -------------------------------------------------------------------
 
 
-def section(run: Run, tables: dict[str, str], plots: dict[str, str], overview: str = "") -> str:
-    """The whole section, heading included, ending in one newline. `plots`: page -> path of its
-    PNG relative to RESULTS.md (pages without one get none)."""
+def section(
+    run: Run, tables: dict[str, str], plots: dict[str, list[str]], overview: str = ""
+) -> str:
+    """The whole section, heading included, ending in one newline. `plots`: page -> paths of its
+    PNGs relative to RESULTS.md (pages without one get none)."""
     experiment = run.experiment
     failed = sum(1 for load in run.loads if load.error is not None)
     reps = experiment.reps
@@ -391,15 +407,19 @@ def section(run: Run, tables: dict[str, str], plots: dict[str, str], overview: s
         "`browser conns`: TCP connections the browser opened; `origin conns`: connections the "
         "origins accepted, all hosts; `peak/host`: most open at once to one origin host; "
         "`MB to browser`: bytes the browser received, TLS included; `proxy CPU ms`: CPU time of "
-        "the proxy's processes during the load; those columns are medians over the loads.",
+        + (
+            "the proxy's processes over the cell's repetitions (the time between its loads "
+            "included), divided by its loads; the other columns are medians over the loads."
+            if experiment.warm
+            else "the proxy's processes during the load; those columns are medians over the loads."
+        ),
     ]
     if overview:
         parts.append(overview)
     for page in experiment.pages:
         description = DESCRIPTIONS[page]
         block = [f"### {page}: {description}"]
-        if page in plots:
-            block.append(f"![{experiment.name} {page}]({plots[page]})")
+        block += [f"![{experiment.name} {page}]({plot})" for plot in plots.get(page, [])]
         block.append(tables[page])
         parts.append("\n\n".join(block))
     facts = "\n".join(f"- {key}: {value}" for key, value in {**run.machine, **versions()}.items())
@@ -460,15 +480,32 @@ def _setup_lines(run: Run) -> list[str]:
         "Browser: Debian's Chromium, headless, one browser process and a fresh browser context "
         "per load (empty cache, no cookies, no connections), QUIC off; bodies are not read "
         "back, but every status (200) and every body size is checked.",
-        "Between loads every relay closes all its connections: each load starts cold, also in "
-        "reshape's pool (no connection or TLS session survives in the relays, though reshape "
-        "may resume TLS sessions it cached).",
+        _connections_line(experiment),
         "Every process (Chromium, proxy, relays, origins) shares the same 2 cores; figures are "
         "comparable within this run only.",
     ]
 
 
-def _detail_row(
+def _connections_line(experiment: Experiment) -> str:
+    if experiment.warm:
+        return (
+            "Connections live across loads, as at a gateway serving user after user: each "
+            "proxy runs through all the loads of a cell, and nothing closes connections between "
+            "loads, so reshape's pool stays warm across users, while the browser (a fresh "
+            "context per load), direct or through mitmdump, keeps nothing from one user to the "
+            "next. Loads go in groups of one page, origin variant and RTT: all connections are "
+            "closed when a group starts, one unrecorded load per configuration warms it, then "
+            "its repetitions alternate the configurations. Origins keep idle connections 65 s, "
+            "reshape's pool 60 s."
+        )
+    return (
+        "Between loads every relay closes all its connections: each load starts cold, also in "
+        "reshape's pool (no connection or TLS session survives in the relays, though reshape "
+        "may resume TLS sessions it cached)."
+    )
+
+
+def detail_row(
     run: Run,
     cell: Cell,
     stats: dict[Cell, Summary],
@@ -505,7 +542,7 @@ def _detail_row(
     ]
 
 
-def _configs_in(run: Run) -> list[str]:
+def configs_in(run: Run) -> list[str]:
     seen = {load.config for load in run.loads}
     return [c.name for c in run.configs if c.name in seen]
 
@@ -557,7 +594,9 @@ def _notes(run: Run) -> list[str]:
 def _configs_text(configs: Sequence[Config]) -> str:
     repo = Path(__file__).resolve().parents[2]
     named = [
-        c.title + (f" = {_policy_text(c.policy, repo)}" if c.policy else "")
+        c.title
+        + (f" = {_policy_text(c.policy, repo)}" if c.policy else "")
+        + (f" with `--workers {c.workers}`" if c.workers != 1 else "")
         for c in configs
         if not c.name.startswith("cap-")
     ]

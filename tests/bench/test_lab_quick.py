@@ -149,14 +149,14 @@ async def test_relay_closes_connections_and_shares_its_bottleneck() -> None:
     await server.wait_closed()
 
 
-def _quick_run(name: str, tmp_path: Path) -> tuple[list[dict[str, object]], str]:
+def _quick_run(name: str, tmp_path: Path, *options: str) -> tuple[list[dict[str, object]], str]:
     results = tmp_path / "RESULTS.md"
     figures = tmp_path / "loads.json"
     plots = tmp_path / "plots"
     stdout = run_bench(
         "lab",
         [
-            *("run", "--quick", name, "--no-record"),
+            *("run", "--quick", name, "--no-record", *options),
             *("--results", str(results), "--json", str(figures), "--plots", str(plots)),
         ],
         timeout=QUICK_TIMEOUT,

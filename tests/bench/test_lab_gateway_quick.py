@@ -1,0 +1,95 @@
+"""`python -m bench.lab run --quick --profile gateway` end to end, and its pure parts."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bench.lab.gateway import POOLED_POLICY, learned_policy
+from bench.lab.profile import Profile, area_of
+from bench.lab.sites import GATEWAY_PAGES, HOSTS, build_pages
+from reshape.policy.loader import load_policy_file
+from tests.bench.test_lab_quick import _quick_run
+
+SINGLE_PROCESS_POOLS = ("reshape", "reshape-pooled", "pooled-learned")
+
+
+def test_learned_policy_is_pooled_plus_learned_preconnect(tmp_path: Path) -> None:
+    learned = load_policy_file(learned_policy(tmp_path))
+    pooled = load_policy_file(POOLED_POLICY)
+    policy = learned.policies[learned.default]
+    assert policy.upstream == pooled.policies[pooled.default].upstream
+    assert policy.preconnect is not None and policy.preconnect.mode == "learned"
+
+
+def test_news6_is_the_issues_page(tmp_path: Path) -> None:
+    roots = {host: tmp_path / host for host in HOSTS}
+    bases = {host: f"https://{address}:4443" for host, (address, _) in HOSTS.items()}
+    page = build_pages(roots, bases, "h1", GATEWAY_PAGES)["news-6"]
+    assert page.requests == 42 and len(page.hosts) == 6
+    assert sorted(page.per_host.values()) == [5, 6, 6, 6, 6, 12]  # scripts+css, images, API
+    api = [url for url in page.sizes if "/api/" in url]
+    assert len(api) == 12 and all(url.startswith(bases["www"]) for url in api)
+
+
+def test_profile_counts_self_and_inclusive_once_per_sample() -> None:
+    profile = Profile()
+    profile.add_raw(
+        "<module> (reshape:8);run (asyncio/runners.py:118);f (reshape/upstream/h1.py:10);"
+        "f (reshape/upstream/h1.py:12) 3\n"
+        "<module> (reshape:8);run (asyncio/runners.py:118);g (ssl.py:5) 2\n"
+    )
+    assert profile.samples == 5
+    assert profile.functions_self == Counter({"f (reshape/upstream/h1.py)": 3, "g (ssl.py)": 2})
+    assert profile.functions_inclusive["f (reshape/upstream/h1.py)"] == 3  # recursion: once
+    assert profile.functions_inclusive["run (asyncio/runners.py)"] == 5
+    assert profile.areas_inclusive["reshape.upstream"] == 3
+    assert Profile.from_json(profile.as_json()) == profile
+
+
+@pytest.mark.parametrize(
+    ("file", "area"),
+    [
+        ("mitmproxy/proxy/layers/http/_http2.py", "mitmproxy.proxy.layers.http"),
+        ("mitmproxy/proxy/server.py", "mitmproxy.proxy.server"),
+        ("mitmproxy/addonmanager.py", "mitmproxy.addonmanager"),
+        ("/work/x/reshape/mitm/patches/inline_hooks.py", "reshape.mitm"),
+        ("asyncio/streams.py", "asyncio"),
+        ("h2/connection.py", "h2"),
+        ("ssl.py", "ssl"),
+    ],
+)
+def test_areas_name_packages_and_mitmproxys_modules(file: str, area: str) -> None:
+    assert area_of(file) == area
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_quick_gateway_keeps_the_pool_warm_across_users(tmp_path: Path) -> None:
+    loads, stdout = _quick_run("gateway", tmp_path, "--profile")
+    assert {(load["page"], load["config"]) for load in loads} == {
+        (page, config)
+        for page in GATEWAY_PAGES
+        for config in (
+            "direct",
+            "mitmdump",
+            "reshape",
+            "reshape-pooled",
+            "pooled-learned",
+            "pooled-w2",
+        )
+    }
+    for load in loads:
+        # A new user each time: the browser opens its own connections to the proxy or origins.
+        assert isinstance(load["browser_connections"], int) and load["browser_connections"] >= 1
+        if load["config"] in ("direct", "mitmdump"):
+            assert isinstance(load["origin_connections"], int)
+            assert load["origin_connections"] >= 1
+        elif load["config"] in SINGLE_PROCESS_POOLS:
+            # The warm-up load left the pool warm: this user's load opened nothing new.
+            assert load["origin_connections"] == 0, load
+    assert "Issue 17's targets" in stdout
+    assert "Profile of the pooled proxy" in stdout and "Top 25 functions by self time" in stdout
+    assert "Proxy CPU per load" in stdout
