@@ -13,16 +13,17 @@ from pathlib import Path
 from statistics import median
 
 from bench.lab.gateway import DIRECT, POOLED, TARGETS, Target
-from bench.lab.plot import COLORS, Chart, Panel, Point, Series
+from bench.lab.plot import Chart, Point
 from bench.lab.profile import Profile
 from bench.lab.report import (
+    DETAIL_HEADER,
     Run,
     cell_text,
     configs_in,
-    detail_row,
-    failures,
+    detail_rows,
     markdown_table,
     plt_charts,
+    rtt_panels,
     summaries,
 )
 from bench.lab.runner import Cell
@@ -30,7 +31,6 @@ from bench.lab.stats import Summary
 
 PROFILE_TOP = 25  # functions listed, by self and by inclusive samples
 PROFILE_AREAS = 18
-_PEAK_COLUMN = 10  # "peak/host" in report.detail_row's row
 
 
 def cpu_per_load(run: Run) -> dict[Cell, float]:
@@ -46,7 +46,7 @@ def cpu_per_load(run: Run) -> dict[Cell, float]:
 
 
 def gateway_tables(run: Run) -> dict[str, str]:
-    stats, failed, cpu = summaries(run.loads), failures(run.loads), cpu_per_load(run)
+    stats, cpu = summaries(run.loads), cpu_per_load(run)
     configs = configs_in(run)
     links = list(run.experiment.links)
     out = {}
@@ -60,33 +60,15 @@ def gateway_tables(run: Run) -> dict[str, str]:
                 times.append([variant, label, *(cell_text(stats.get(c)) for c in cells)])
                 if config != DIRECT:
                     cpus.append([variant, label, *(_ms(cpu.get(c)) for c in cells)])
-        detail_header = [
-            "origins",
-            "RTT",
-            "config",
-            "n",
-            "median ms",
-            "p90 ms",
-            "interval",
-            "vs direct",
-            "browser conns",
-            "origin conns",
-            "MB to browser",
-            "proxy CPU ms",
-            "failed",
-        ]
+        # Relays count every proxy's connections together, and pools stay open across loads:
+        # the most open at once to one origin host says nothing of one config.
+        detail_header = [h for h in DETAIL_HEADER if h != "peak/host"]
         detail = []
-        for variant in run.experiment.variants:
-            for link in links:
-                direct = stats.get(Cell(variant, page, DIRECT, link))
-                for config in configs:
-                    row = detail_row(run, Cell(variant, page, config, link), stats, failed, direct)
-                    if config != DIRECT:
-                        row[-2] = _ms(cpu.get(Cell(variant, page, config, link)))
-                    # Relays count every proxy's connections together, and pools stay open
-                    # across loads: the most open at once to one host says nothing of a config.
-                    del row[_PEAK_COLUMN]
-                    detail.append(row)
+        for cell, row in detail_rows(run, page):
+            if cell.config != DIRECT:
+                row[DETAIL_HEADER.index("proxy CPU ms")] = _ms(cpu.get(cell))
+            del row[DETAIL_HEADER.index("peak/host")]
+            detail.append(row)
         out[page] = (
             "Load time, ms: median (interval of the median)\n\n"
             + markdown_table(header, times)
@@ -251,25 +233,13 @@ def gateway_charts(run: Run, directory: Path) -> dict[Path, Chart]:
         chart.title = f"gateway: {page}"
         charts[directory / f"lab-gateway-{page}.png"] = chart
     cpu = cpu_per_load(run)
-    rtts = {link: float(link.split()[0]) for link in run.experiment.links}
+
+    def cpu_point(cell: Cell, rtt: float) -> Point | None:
+        value = cpu.get(cell)
+        return None if value is None or not math.isfinite(value) else Point(rtt, value)
+
     for page in run.experiment.pages:
-        panels = []
-        for variant in run.experiment.variants:
-            panel = Panel(
-                f"{variant} origins", "RTT between proxy and origins (ms)", x_ticks=[*rtts.values()]
-            )
-            for index, config in enumerate(configs_in(run)):
-                points = [
-                    Point(rtt, value)
-                    for link, rtt in rtts.items()
-                    if (value := cpu.get(Cell(variant, page, config, link))) is not None
-                    and math.isfinite(value)
-                ]
-                if points:
-                    panel.series.append(
-                        Series(run.label(config), points, COLORS[index % len(COLORS)])
-                    )
-            panels.append(panel)
+        panels = rtt_panels(run, page, cpu_point)
         charts[directory / f"lab-gateway-{page}-cpu.png"] = Chart(
             f"gateway: {page}, proxy CPU",
             "proxy CPU per page load, ms",

@@ -8,7 +8,7 @@ import platform
 import subprocess
 import tempfile
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
@@ -106,6 +106,24 @@ def _pages_again(chosen: Experiment) -> dict[str, dict[str, Page]]:
         }
 
 
+DETAIL_HEADER = (
+    "origins",
+    "RTT",
+    "config",
+    "n",
+    "median ms",
+    "p90 ms",
+    "interval",
+    "vs direct",
+    "browser conns",
+    "origin conns",
+    "peak/host",
+    "MB to browser",
+    "proxy CPU ms",
+    "failed",
+)
+
+
 def heading(name: str) -> str:
     return f"## Lab: {name} (python -m bench.lab run {name})"
 
@@ -137,7 +155,7 @@ def cell_text(summary: Summary | None) -> str:
 
 def plt_tables(run: Run) -> dict[str, str]:
     """Page -> markdown: a compact table of medians per RTT, and every figure in <details>."""
-    stats, failed = summaries(run.loads), failures(run.loads)
+    stats = summaries(run.loads)
     configs = configs_in(run)
     out = {}
     for page in run.experiment.pages:
@@ -148,37 +166,26 @@ def plt_tables(run: Run) -> dict[str, str]:
             for config in configs:
                 cells = [stats.get(Cell(variant, page, config, link)) for link in links]
                 rows.append([variant, run.label(config), *(cell_text(s) for s in cells)])
-        detail_header = [
-            "origins",
-            "RTT",
-            "config",
-            "n",
-            "median ms",
-            "p90 ms",
-            "interval",
-            "vs direct",
-            "browser conns",
-            "origin conns",
-            "peak/host",
-            "MB to browser",
-            "proxy CPU ms",
-            "failed",
-        ]
-        detail = []
-        for variant in run.experiment.variants:
-            for link in links:
-                direct = stats.get(Cell(variant, page, "direct", link))
-                for config in configs:
-                    detail.append(
-                        detail_row(run, Cell(variant, page, config, link), stats, failed, direct)
-                    )
         out[page] = (
             markdown_table(header, rows)
             + "\n\n<details><summary>every cell: p90, connections, proxy CPU</summary>\n\n"
-            + markdown_table(detail_header, detail)
+            + markdown_table(DETAIL_HEADER, [row for _, row in detail_rows(run, page)])
             + "\n\n</details>"
         )
     return out
+
+
+def detail_rows(run: Run, page: str) -> list[tuple[Cell, list[str]]]:
+    """Every cell of `page` with its `detail_row`, by origin variant, RTT and configuration."""
+    stats, failed = summaries(run.loads), failures(run.loads)
+    rows = []
+    for variant in run.experiment.variants:
+        for link in run.experiment.links:
+            direct = stats.get(Cell(variant, page, "direct", link))
+            for config in configs_in(run):
+                cell = Cell(variant, page, config, link)
+                rows.append((cell, detail_row(run, cell, stats, failed, direct)))
+    return rows
 
 
 def plt_overview(run: Run) -> str:
@@ -217,26 +224,14 @@ def plt_overview(run: Run) -> str:
 
 def plt_charts(run: Run, directory: Path) -> dict[Path, Chart]:
     stats = summaries(run.loads)
+
+    def load_time(cell: Cell, rtt: float) -> Point | None:
+        summary = stats.get(cell)
+        return None if summary is None else Point(rtt, summary.median, summary.low, summary.high)
+
     charts = {}
-    rtts = {link: float(link.split()[0]) for link in run.experiment.links}
     for page in run.experiment.pages:
-        panels = []
-        for variant in run.experiment.variants:
-            panel = Panel(
-                f"{variant} origins", "RTT between proxy and origins (ms)", x_ticks=[*rtts.values()]
-            )
-            for index, config in enumerate(configs_in(run)):
-                points = [
-                    Point(rtt, s.median, s.low, s.high)
-                    for link, rtt in rtts.items()
-                    if (s := stats.get(Cell(variant, page, config, link))) is not None
-                ]
-                panel.series.append(
-                    Series(
-                        run.label(config), points, COLORS[index % len(COLORS)], config == "direct"
-                    )
-                )
-            panels.append(panel)
+        panels = rtt_panels(run, page, load_time)
         charts[directory / f"lab-plt-{page}.png"] = Chart(
             f"plt: {page}",
             "load time, median ms (whiskers: interval of the median)",
@@ -244,6 +239,28 @@ def plt_charts(run: Run, directory: Path) -> dict[Path, Chart]:
             DESCRIPTIONS[page],
         )
     return charts
+
+
+def rtt_panels(run: Run, page: str, point_of: Callable[[Cell, float], Point | None]) -> list[Panel]:
+    """One panel per origin variant, x the RTT, a series per configuration of `point_of` (cell,
+    RTT in ms): None where the cell has no value."""
+    rtts = {link: float(link.split()[0]) for link in run.experiment.links}
+    panels = []
+    for variant in run.experiment.variants:
+        panel = Panel(
+            f"{variant} origins", "RTT between proxy and origins (ms)", x_ticks=[*rtts.values()]
+        )
+        for index, config in enumerate(configs_in(run)):
+            points = [
+                point
+                for link, rtt in rtts.items()
+                if (point := point_of(Cell(variant, page, config, link), rtt)) is not None
+            ]
+            if points:
+                color = COLORS[index % len(COLORS)]
+                panel.series.append(Series(run.label(config), points, color, config == "direct"))
+        panels.append(panel)
+    return panels
 
 
 # --- booster ----------------------------------------------------------------------------------
@@ -261,21 +278,7 @@ def booster_tables(run: Run) -> dict[str, str]:
         direct = stats.get(Cell(variant, page, "direct", link))
         measured = {n: s for n in caps if (s := stats.get(Cell(variant, page, f"cap-{n}", link)))}
         best = min(measured, key=lambda n: measured[n].median) if measured else None
-        header = [
-            "config",
-            "n",
-            "median ms",
-            "p90 ms",
-            "interval",
-            "vs direct",
-            "browser conns",
-            "origin conns",
-            "peak/host",
-            "MB to browser",
-            "proxy CPU ms",
-            "failed",
-            "",
-        ]
+        header = [*DETAIL_HEADER[2:], ""]
         rows = []
         references = [c for c in configs_in(run) if not c.startswith("cap-")]
         for config in [*(f"cap-{n}" for n in caps), *references]:
