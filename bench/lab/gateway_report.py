@@ -27,6 +27,7 @@ from bench.lab.report import (
     summaries,
 )
 from bench.lab.runner import Cell
+from bench.lab.sites import PHASES, phase_of
 from bench.lab.stats import Summary
 
 PROFILE_TOP = 25  # functions listed, by self and by inclusive samples
@@ -69,17 +70,54 @@ def gateway_tables(run: Run) -> dict[str, str]:
                 row[DETAIL_HEADER.index("proxy CPU ms")] = _ms(cpu.get(cell))
             del row[DETAIL_HEADER.index("peak/host")]
             detail.append(row)
+        phases = phase_table(run, page)
         out[page] = (
             "Load time, ms: median (interval of the median)\n\n"
             + markdown_table(header, times)
             + "\n\nProxy CPU per load, ms (CPU time of the proxy's process tree over the cell's "
             "repetitions, divided by its loads)\n\n"
             + markdown_table(header, cpus)
+            + (f"\n\n{phases}" if phases else "")
             + "\n\n<details><summary>every cell: p90, connections, proxy CPU</summary>\n\n"
             + markdown_table(detail_header, detail)
             + "\n\n</details>"
         )
     return out
+
+
+def phase_table(run: Run, page: str) -> str:
+    """When each phase of the page ended (Resource Timing, ms from navigation start; medians),
+    per cell: where a configuration gains or loses its time."""
+    names = PHASES.get(page)
+    if not names:
+        return ""
+    ends: dict[Cell, list[dict[str, float]]] = {}
+    for load in run.loads:
+        if load.page != page or load.error is not None or not load.timings:
+            continue
+        phase_end: dict[str, float] = {"document": min(t[1] for t in load.timings)}
+        for url, _, _, end in load.timings:
+            phase = phase_of(page, url)
+            if phase is not None:
+                phase_end[phase] = max(phase_end.get(phase, 0.0), end)
+        ends.setdefault(load.cell, []).append(phase_end)
+    header = ["origins", "RTT", "config", "document", *names]
+    rows = []
+    for variant in run.experiment.variants:
+        for link in run.experiment.links:
+            for config in configs_in(run):
+                loads = ends.get(Cell(variant, page, config, link), [])
+                row = [variant, link, run.label(config)]
+                for name in ("document", *names):
+                    values = [e[name] for e in loads if name in e]
+                    row.append(f"{median(values):,.0f}" if values else "-")
+                rows.append(row)
+    return (
+        "<details><summary>when each phase ended, ms (medians; `document`: the first "
+        "subresource's start, i.e. the HTML has arrived)</summary>\n\n"
+        + markdown_table(header, rows)
+        + "\n\n</details>"
+    )
 
 
 def gateway_overview(run: Run) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -576,6 +577,43 @@ def _app_script(bursts: list[dict[str, object]]) -> str:
 def _feed_item(index: int, rng: random.Random) -> bytes:
     item = {"id": index, "title": _prose(rng, 8), "text": _prose(rng, _between(rng, 0.1, 0.4))}
     return json.dumps(item).encode()
+
+
+# --- phases -----------------------------------------------------------------------------------
+
+PHASES: dict[str, tuple[str, ...]] = {
+    "news-6": ("css+js", "images", *(f"API {n + 1}" for n in range(_NEWS6_BURSTS))),
+    "app": (
+        "css+js",
+        *(
+            f"{kind} {sum(1 for k, _ in _BURSTS[: i + 1] if k == kind)}"
+            for i, (kind, _) in enumerate(_BURSTS)
+        ),
+    ),
+}
+_NUMBERED = re.compile(r"/(tile|feed|event)-(\d+)(?:\.|$)")
+_NEWS6_CALL = re.compile(r"/api/b(\d+)-\d+\.json$")
+
+
+def phase_of(page: str, url: str) -> str | None:
+    """Which of `PHASES[page]` a subresource of `page` belongs to (None: none, or no phases)."""
+    if page == "news-6":
+        if (call := _NEWS6_CALL.search(url)) is not None:
+            return f"API {int(call[1]) + 1}"
+        return "images" if url.endswith(".png") else "css+js"
+    if page == "app":
+        numbered = _NUMBERED.search(url)
+        if numbered is None:
+            return "css+js" if url.endswith((".css", ".js")) else None
+        kind = "tiles" if numbered[1] == "tile" else "feed"
+        index = int(numbered[2])
+        seen = 0
+        for burst, (burst_kind, count) in enumerate(_BURSTS):
+            if burst_kind == kind:
+                if index < seen + count:
+                    return PHASES["app"][burst + 1]
+                seen += count
+    return None
 
 
 # --- content ----------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 
 from bench.lab.gateway import POOLED_POLICY, learned_policy
 from bench.lab.profile import Profile, area_of
-from bench.lab.sites import GATEWAY_PAGES, HOSTS, build_pages
+from bench.lab.sites import GATEWAY_PAGES, HOSTS, PHASES, build_pages, phase_of
 from reshape.policy.loader import load_policy_file
 from tests.bench.test_lab_quick import _quick_run
 
@@ -47,6 +47,19 @@ def test_profile_counts_self_and_inclusive_once_per_sample() -> None:
     assert profile.functions_inclusive["run (asyncio/runners.py)"] == 5
     assert profile.areas_inclusive["reshape.upstream"] == 3
     assert Profile.from_json(profile.as_json()) == profile
+
+
+def test_every_subresource_of_a_gateway_page_has_a_phase(tmp_path: Path) -> None:
+    roots = {host: tmp_path / host for host in HOSTS}
+    bases = {host: f"https://{address}:4443" for host, (address, _) in HOSTS.items()}
+    pages = build_pages(roots, bases, "h2", GATEWAY_PAGES)
+    for name, page in pages.items():
+        phases = Counter(phase_of(name, url) for url in page.sizes if url != page.url)
+        assert set(phases) == set(PHASES[name]), name
+    app = Counter(phase_of("app", url) for url in pages["app"].sizes)
+    assert [app[f"tiles {n}"] for n in (1, 2, 3)] == [48, 48, 24]
+    assert app["feed 1"] == app["feed 2"] == 20  # the GETs; each burst's POSTs share its phase
+    assert phase_of("app", "https://127.0.0.2:4443/echo/h2/app/event-025") == "feed 2"
 
 
 @pytest.mark.parametrize(
