@@ -9,6 +9,7 @@ the pooled proxy's py-spy breakdown follows.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from pathlib import Path
 from statistics import median
 
@@ -32,6 +33,8 @@ from bench.lab.stats import Summary
 
 PROFILE_TOP = 25  # functions listed, by self and by inclusive samples
 PROFILE_AREAS = 18
+PROFILE_CALLERS_OF = 6  # top self-time functions whose callers are listed
+PROFILE_CALLERS = 4
 
 
 def cpu_per_load(run: Run) -> dict[Cell, float]:
@@ -236,6 +239,13 @@ def profile_text(profiles: dict[str, Profile], cpu_ms: float | None = None) -> s
         [f"`{f}`", share(n), share(total.functions_inclusive[f])]
         for f, n in total.functions_self.most_common(PROFILE_TOP)
     ]
+    caller_rows = []
+    for function, _ in total.functions_self.most_common(PROFILE_CALLERS_OF):
+        calls = Counter({c: n for (f, c), n in total.callers.items() if f == function}).most_common(
+            PROFILE_CALLERS
+        )
+        for caller, count in calls:
+            caller_rows.append([f"`{function}`", f"`{caller}`", share(count)])
     by_inclusive = [
         [f"`{f}`", share(total.functions_self[f]), share(n)]
         for f, n in total.functions_inclusive.most_common(PROFILE_TOP)
@@ -259,6 +269,9 @@ def profile_text(profiles: dict[str, Profile], cpu_ms: float | None = None) -> s
             + markdown_table(["function", "self", "inclusive"], by_self),
             f"Top {PROFILE_TOP} functions by inclusive time:\n\n"
             + markdown_table(["function", "self", "inclusive"], by_inclusive),
+            f"Who calls the top {PROFILE_CALLERS_OF} functions by self time (their self samples "
+            "by direct caller):\n\n"
+            + markdown_table(["function", "called from", "self"], caller_rows),
         ]
     )
 

@@ -41,6 +41,9 @@ class Profile:
     functions_inclusive: Counter[str] = field(default_factory=Counter)
     areas_self: Counter[str] = field(default_factory=Counter)
     areas_inclusive: Counter[str] = field(default_factory=Counter)
+    # (function, its caller) -> samples in which the function itself was running: who pays for
+    # the top self-time functions (a socket write from the client side or the origin side).
+    callers: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     @property
     def busy_share(self) -> float:
@@ -59,6 +62,8 @@ class Profile:
             self.samples += count
             self.functions_self[frames[-1][0]] += count
             self.areas_self[frames[-1][1]] += count
+            caller = frames[-2][0] if len(frames) > 1 else ""
+            self.callers[(frames[-1][0], caller)] += count
             for function in {function for function, _ in frames}:
                 self.functions_inclusive[function] += count
             for area in {area for _, area in frames}:
@@ -73,6 +78,7 @@ class Profile:
             self.functions_inclusive + other.functions_inclusive,
             self.areas_self + other.areas_self,
             self.areas_inclusive + other.areas_inclusive,
+            self.callers + other.callers,
         )
 
     def as_json(self) -> dict[str, object]:
@@ -84,6 +90,7 @@ class Profile:
             "functions_inclusive": dict(self.functions_inclusive),
             "areas_self": dict(self.areas_self),
             "areas_inclusive": dict(self.areas_inclusive),
+            "callers": [[f, c, n] for (f, c), n in self.callers.items()],
         }
 
     @classmethod
@@ -93,6 +100,9 @@ class Profile:
             assert isinstance(value, dict)
             return Counter({str(k): int(v) for k, v in value.items()})
 
+        pairs = record.get("callers", [])
+        assert isinstance(pairs, list)
+        callers = Counter({(str(f), str(c)): int(n) for f, c, n in pairs})
         samples, seconds, rate = record["samples"], record["seconds"], record["rate"]
         assert isinstance(samples, int) and isinstance(seconds, float | int)
         assert isinstance(rate, int)
@@ -104,6 +114,7 @@ class Profile:
             counter("functions_inclusive"),
             counter("areas_self"),
             counter("areas_inclusive"),
+            callers,
         )
 
 

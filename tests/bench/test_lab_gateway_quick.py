@@ -62,6 +62,21 @@ def test_every_subresource_of_a_gateway_page_has_a_phase(tmp_path: Path) -> None
     assert phase_of("app", "https://127.0.0.2:4443/echo/h2/app/event-025") == "feed 2"
 
 
+def test_profile_names_the_direct_caller_of_what_runs() -> None:
+    profile = Profile()
+    profile.add_raw(
+        "<module> (reshape:8);send (reshape/engine/h2.py:3);write (ssl.py:5) 4\n"
+        "<module> (reshape:8);flush (mitmproxy/proxy/server.py:9);write (ssl.py:5) 1\n"
+    )
+    assert profile.callers == Counter(
+        {
+            ("write (ssl.py)", "send (reshape/engine/h2.py)"): 4,
+            ("write (ssl.py)", "flush (mitmproxy/proxy/server.py)"): 1,
+        }
+    )
+    assert Profile.from_json(profile.as_json()) == profile
+
+
 @pytest.mark.parametrize(
     ("file", "area"),
     [
