@@ -66,12 +66,15 @@ def gateway_tables(run: Run) -> dict[str, str]:
                     cpus.append([variant, label, *(_ms(cpu.get(c)) for c in cells)])
         # Relays count every proxy's connections together, and pools stay open across loads:
         # the most open at once to one origin host says nothing of one config.
-        detail_header = [h for h in DETAIL_HEADER if h != "peak/host"]
+        # Instead, how many of the connections that carried the load were new: a warm pool's
+        # were opened by earlier users.
+        detail_header = ["new origin conns" if h == "peak/host" else h for h in DETAIL_HEADER]
+        new = _new_origin_connections(run, page)
         detail = []
         for cell, row in detail_rows(run, page):
             if cell.config != DIRECT:
                 row[DETAIL_HEADER.index("proxy CPU ms")] = _ms(cpu.get(cell))
-            del row[DETAIL_HEADER.index("peak/host")]
+            row[DETAIL_HEADER.index("peak/host")] = new.get(cell, "-")
             detail.append(row)
         phases = phase_table(run, page)
         out[page] = (
@@ -86,6 +89,15 @@ def gateway_tables(run: Run) -> dict[str, str]:
             + "\n\n</details>"
         )
     return out
+
+
+def _new_origin_connections(run: Run, page: str) -> dict[Cell, str]:
+    """Per cell of `page`, the median number of origin connections its loads opened."""
+    counts: dict[Cell, list[int]] = {}
+    for load in run.loads:
+        if load.page == page and load.error is None:
+            counts.setdefault(load.cell, []).append(load.origin_connections_new)
+    return {cell: f"{median(values):,.0f}" for cell, values in counts.items()}
 
 
 def phase_table(run: Run, page: str) -> str:

@@ -77,7 +77,7 @@ class Run:
             record["command"],
             record["started"],
             record["minutes"],
-            [Load(**load) for load in record["loads"]],
+            [Load(**_load_record(load)) for load in record["loads"]],
             [
                 Config(
                     c["name"],
@@ -93,6 +93,14 @@ class Run:
             [GroupCpu(**group) for group in record.get("group_cpu", [])],
             {tag: Profile.from_json(p) for tag, p in record.get("profiles", {}).items()},
         )
+
+
+def _load_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A load's record as `Load` takes it. Records from before `origin_connections_new` counted
+    only new origin connections, in `origin_connections` (a warm pool's showed as 0)."""
+    if "origin_connections_new" not in record:
+        return {**record, "origin_connections_new": record["origin_connections"]}
+    return record
 
 
 def _pages_again(chosen: Experiment) -> dict[str, dict[str, Page]]:
@@ -407,9 +415,15 @@ def section(
         "mark that its script-driven requests have finished, whichever is later): median "
         "and, in brackets, the order-statistics interval of the median (≥95% coverage when "
         "there are enough loads; with 5 loads it is min–max, 93.8%; with 3, 75%). "
-        "`browser conns`: TCP connections the browser opened; `origin conns`: connections the "
-        "origins accepted, all hosts; `peak/host`: most open at once to one origin host; "
-        "`MB to browser`: bytes the browser received, TLS included; `proxy CPU ms`: CPU time of "
+        "`browser conns`: TCP connections the browser opened; `origin conns`: connections to "
+        "the origins, all hosts, that carried the load's requests; "
+        + (
+            "`new origin conns`: those of them opened during the load (a warm pool's were "
+            "opened by earlier users); "
+            if experiment.warm
+            else "`peak/host`: most open at once to one origin host; "
+        )
+        + "`MB to browser`: bytes the browser received, TLS included; `proxy CPU ms`: CPU time of "
         + (
             "the proxy's processes over the cell's repetitions (the time between its loads "
             "included), divided by its loads; the other columns are medians over the loads."

@@ -64,7 +64,10 @@ class Load:
     done_ms: float | None = None
     requests: int = 0
     browser_connections: int = 0  # TCP connections the browser opened (to the proxy, or origins)
-    origin_connections: int = 0  # TCP connections the origins accepted
+    # TCP connections to the origins that carried this load's requests, new or kept open from
+    # an earlier load (a warm pool's), and of those the ones accepted during the load.
+    origin_connections: int = 0
+    origin_connections_new: int = 0
     origin_peak_per_host: int = 0  # the most open at once to one origin host
     browser_bytes: int = 0  # bytes the browser received
     origin_bytes: int = 0  # bytes the origins sent
@@ -303,11 +306,12 @@ def _measure(
     if proxy is not None:
         load.proxy_cpu_ms = (peers.group_cpu_seconds(proxy.pgid) - cpu_before) * 1000
     origins = [host.relay.stats for host in net.hosts[cell.variant].values()]
-    load.origin_connections = sum(stats.accepted for stats in origins)
+    load.origin_connections = sum(stats.used for stats in origins)
+    load.origin_connections_new = sum(stats.accepted for stats in origins)
     load.origin_peak_per_host = max((stats.max_open for stats in origins), default=0)
     load.origin_bytes = sum(stats.bytes_down for stats in origins)
     if endpoint.relay is None:
-        load.browser_connections = load.origin_connections
+        load.browser_connections = load.origin_connections_new
         load.browser_bytes = load.origin_bytes
     else:
         load.browser_connections = endpoint.relay.stats.accepted

@@ -112,12 +112,14 @@ def test_quick_gateway_keeps_the_pool_warm_across_users(tmp_path: Path) -> None:
     for load in loads:
         # A new user each time: the browser opens its own connections to the proxy or origins.
         assert isinstance(load["browser_connections"], int) and load["browser_connections"] >= 1
+        # Every load's requests crossed connections to the origins, counted at the origins.
+        assert isinstance(load["origin_connections"], int) and load["origin_connections"] >= 1
         if load["config"] in ("direct", "mitmdump"):
-            assert isinstance(load["origin_connections"], int)
-            assert load["origin_connections"] >= 1
+            assert load["origin_connections_new"] == load["origin_connections"], load
         elif load["config"] in SINGLE_PROCESS_POOLS:
             # The warm-up load left the pool warm: this user's load opened nothing new.
-            assert load["origin_connections"] == 0, load
+            assert load["origin_connections_new"] == 0, load
     assert "Issue 17's targets" in stdout
     assert "Profile of the pooled proxy" in stdout and "Top 25 functions by self time" in stdout
     assert "Proxy CPU per load" in stdout
+    assert "new origin conns" in stdout
