@@ -6,6 +6,9 @@
     python -m bench.lab run --quick NAME    a short version (what the test suite runs)
     python -m bench.lab run --profile NAME  also record the proxy the experiment profiles with
                                             py-spy and publish the breakdown (gateway)
+    python -m bench.lab run NAME --pages app --variants h2 --rtts 100 --configs direct,mitmdump
+        --profile --profiled mitmdump       a part of an experiment: some of its pages, origin
+                                            variants, RTTs, configurations; another proxy profiled
     python -m bench.lab report --json FILE  tables, plots and RESULTS.md section again, from the
                                             --json record of a run
 
@@ -32,7 +35,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from bench import runs
-from bench.lab.experiments import NAMES, Experiment, experiment
+from bench.lab.experiments import NAMES, Experiment, UnknownConfigError, experiment
 from bench.lab.gateway_report import gateway_charts, gateway_overview, gateway_tables
 from bench.lab.network import network
 from bench.lab.plot import write_pngs
@@ -93,6 +96,18 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="record the profiled proxy (gateway: pooled) with py-spy during the page loads and "
         "publish its breakdown by function and by area",
     )
+    run.add_argument(
+        "--profiled", metavar="CONFIG", help="with --profile: record this configuration instead"
+    )
+    for option, what in (
+        ("--pages", "pages"),
+        ("--variants", "origin variants (h1, h2)"),
+        ("--rtts", "RTTs in ms"),
+        ("--configs", "configurations"),
+    ):
+        run.add_argument(
+            option, type=_names, metavar="A,B", help=f"only these of the experiment's {what}"
+        )
     report = commands.add_parser("report", help="publish a run again from its --json record")
     report.add_argument("--json", type=Path, required=True, help="a record from run --json")
     report.add_argument("--no-record", action="store_true", help="do not write RESULTS.md")
@@ -108,7 +123,51 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         parser.error("--reps must be at least 1")
     if args.command == "run" and args.profile and experiment(args.name).profiled is None:
         parser.error(f"--profile: the {args.name} experiment profiles no proxy")
+    if args.command == "run" and args.profiled and not args.profile:
+        parser.error("--profiled: only with --profile")
+    if args.command == "run":
+        chosen = experiment(args.name, quick=args.quick)
+        for option, given, known in (
+            ("--pages", args.pages, chosen.pages),
+            ("--variants", args.variants, chosen.variants),
+            ("--rtts", args.rtts and [f"{rtt} ms" for rtt in args.rtts], chosen.links),
+        ):
+            unknown = [name for name in given or () if name not in known]
+            if unknown:
+                parser.error(
+                    f"{option}: {', '.join(unknown)} not in {args.name} (it has {', '.join(known)})"
+                )
     return args
+
+
+def _names(text: str) -> list[str]:
+    """A comma-separated list option: its non-empty items."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("an empty list")
+    return names
+
+
+def _part(chosen: Experiment, args: argparse.Namespace) -> Experiment:
+    """The experiment cut down to the pages, variants, RTTs and profiled proxy asked for."""
+    if args.reps is not None:
+        chosen = dataclasses.replace(chosen, reps=args.reps)
+    if args.pages:
+        chosen = dataclasses.replace(
+            chosen, pages=tuple(p for p in chosen.pages if p in args.pages)
+        )
+    if args.variants:
+        variants = tuple(v for v in chosen.variants if v in args.variants)
+        chosen = dataclasses.replace(chosen, variants=variants)
+    if args.rtts:
+        wanted = {f"{rtt} ms" for rtt in args.rtts}
+        links = {name: link for name, link in chosen.links.items() if name in wanted}
+        chosen = dataclasses.replace(chosen, links=links)
+    if args.profiled:
+        chosen = dataclasses.replace(chosen, profiled=args.profiled)
+    if args.configs:
+        chosen = dataclasses.replace(chosen, only_configs=tuple(args.configs))
+    return chosen
 
 
 def main(argv: Sequence[str]) -> int:
@@ -124,15 +183,16 @@ def main(argv: Sequence[str]) -> int:
         return _publish(Run.from_json(json.loads(args.json.read_text())), args)
     try:
         return _run(args, shlex.join(["python", "-m", "bench.lab", *argv]))
+    except UnknownConfigError as error:
+        say(f"FAILED: {error}")
+        return 2
     except (ProxyStartError, OriginStartError, PageLoadError, ProfilerError) as error:
         say(f"FAILED: {error}")
         return 1
 
 
 def _run(args: argparse.Namespace, command: str) -> int:
-    chosen = experiment(args.name, quick=args.quick)
-    if args.reps is not None:
-        chosen = dataclasses.replace(chosen, reps=args.reps)
+    chosen = _part(experiment(args.name, quick=args.quick), args)
     facts = runs.machine()
     load = os.getloadavg()[0]
     if load > len(os.sched_getaffinity(0)) / 2:
@@ -148,6 +208,8 @@ def _run(args: argparse.Namespace, command: str) -> int:
         for variant in chosen.variants:
             net.start_origins(variant, hosts_for(chosen.pages), chosen.pages)
         configs = chosen.configs(workdir, net.pages)
+        if args.profile and chosen.profiled not in {c.name for c in configs}:
+            raise UnknownConfigError(f"--profiled: {chosen.profiled} is not a configuration run")
         say(f"starting {len(configs)} configurations: {', '.join(c.name for c in configs)}")
         for config in configs:
             net.start_proxy(config, Link())
@@ -230,12 +292,29 @@ def _publish(run: Run, args: argparse.Namespace) -> int:
                 os.path.relpath(path.resolve(), args.results.resolve().parent)
             )
         say(f"plots in {plots_dir}")
-    if runs.publish(args, heading(chosen.name), section(run, tables, plots, overview)):
+    part = _part_of(run)
+    if part:
+        say(f"a part of {chosen.name} ({part}): not recorded in {args.results}")
+    elif runs.publish(args, heading(chosen.name), section(run, tables, plots, overview)):
         say(f"recorded in {args.results}")
     failed = sum(1 for load in run.loads if load.error is not None)
     if failed:
         say(f"{failed} of {len(run.loads)} loads failed")
     return 1 if failed else 0
+
+
+def _part_of(run: Run) -> str:
+    """What a run left out of its experiment ("" if nothing): a part never replaces the
+    experiment's section of RESULTS.md."""
+    chosen, full = run.experiment, experiment(run.experiment.name, quick=run.experiment.quick)
+    left_out = [
+        *(p for p in full.pages if p not in chosen.pages),
+        *(v for v in full.variants if v not in chosen.variants),
+        *(f"RTT {link}" for link in full.links if link not in chosen.links),
+    ]
+    if chosen.only_configs:
+        left_out.append(f"configs other than {', '.join(chosen.only_configs)}")
+    return "without " + ", ".join(left_out) if left_out else ""
 
 
 def _count(chosen: Experiment) -> str:

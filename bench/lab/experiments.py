@@ -58,6 +58,10 @@ DEFAULT_REPS = 5
 GATEWAY_REPS = 7
 
 
+class UnknownConfigError(ValueError):
+    """A part of an experiment names a configuration the experiment does not have."""
+
+
 @dataclass(frozen=True)
 class Experiment:
     name: str
@@ -71,13 +75,25 @@ class Experiment:
     # instead of every load starting cold.
     warm: bool = False
     profiled: str | None = None  # the config whose proxy --profile records
+    only_configs: tuple[str, ...] = ()  # a part of the experiment: only these configs
 
     @property
     def is_booster(self) -> bool:
         return self.name == "booster"
 
     def configs(self, workdir: Path, pages: dict[str, dict[str, Page]]) -> list[Config]:
-        """Every configuration some cell needs (policy files for caps go to `workdir`)."""
+        """Every configuration some cell needs (policy files for caps go to `workdir`), or
+        those of `only_configs`; UnknownConfigError if it names one the experiment lacks."""
+        configs = self._all_configs(workdir, pages)
+        names = [c.name for c in configs]
+        unknown = [name for name in self.only_configs if name not in names]
+        if unknown:
+            raise UnknownConfigError(
+                f"{self.name} has no configuration {', '.join(unknown)} (it has {', '.join(names)})"
+            )
+        return [c for c in configs if c.name in self.only_configs] if self.only_configs else configs
+
+    def _all_configs(self, workdir: Path, pages: dict[str, dict[str, Page]]) -> list[Config]:
         if self.name == "preconnect":
             return preconnect_configs(workdir)
         if self.name == "gateway":

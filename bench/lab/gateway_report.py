@@ -138,9 +138,10 @@ def phase_table(run: Run, page: str) -> str:
 def gateway_overview(run: Run) -> str:
     """Issue 17's targets, cell by cell; the other configurations against direct; the profile."""
     parts = [targets_table(run), versus_direct(run)]
-    if run.profiles:
-        pooled = [g.cpu_ms for g in run.group_cpu if g.config == POOLED]
-        parts.append(profile_text(run.profiles, sum(pooled) if pooled else None))
+    profiled = run.experiment.profiled
+    if run.profiles and profiled is not None:
+        cpu = [g.cpu_ms for g in run.group_cpu if g.config == profiled]
+        parts.append(profile_text(run.profiles, sum(cpu) if cpu else None, run.label(profiled)))
     return "\n\n".join(parts)
 
 
@@ -219,9 +220,11 @@ def versus_direct(run: Run) -> str:
     return "Load time over direct's (ratio of medians):\n\n" + markdown_table(header, rows)
 
 
-def profile_text(profiles: dict[str, Profile], cpu_ms: float | None = None) -> str:
-    """The pooled proxy's py-spy breakdown: all recordings together, by area and by function.
-    `cpu_ms`: the proxy's CPU time over the same recordings, if known."""
+def profile_text(
+    profiles: dict[str, Profile], cpu_ms: float | None = None, label: str = "pooled"
+) -> str:
+    """The profiled proxy's (`label`) py-spy breakdown: all recordings together, by area and by
+    function. `cpu_ms`: the proxy's CPU time over the same recordings, if known."""
     total = Profile()
     for profile in profiles.values():
         total = total.merged(profile)
@@ -264,7 +267,7 @@ def profile_text(profiles: dict[str, Profile], cpu_ms: float | None = None) -> s
     ]
     return "\n\n".join(
         [
-            f"Profile of the pooled proxy (py-spy {total.rate} Hz, non-blocking: the proxy is "
+            f"Profile of the {label} proxy (py-spy {total.rate} Hz, non-blocking: the proxy is "
             "never paused) during the measured loads of every cell, warm-ups excluded: "
             f"{total.samples:,} busy samples over {total.seconds:,.0f} s of wall time "
             f"({total.busy_share:.0%} of one core on average; the proxy also idles while the "

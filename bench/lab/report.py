@@ -48,6 +48,12 @@ class Run:
             "experiment": self.experiment.name,
             "quick": self.experiment.quick,
             "reps": self.experiment.reps,
+            # A part of the experiment (cli's --pages, --variants, --rtts, --profiled).
+            "pages": list(self.experiment.pages),
+            "variants": list(self.experiment.variants),
+            "links": list(self.experiment.links),
+            "profiled": self.experiment.profiled,
+            "only_configs": list(self.experiment.only_configs),
             "command": self.command,
             "started": self.started,
             "minutes": self.minutes,
@@ -69,8 +75,16 @@ class Run:
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> Run:
+        full = experiment(record["experiment"], quick=record["quick"])
+        links = record.get("links", list(full.links))
         chosen = dataclasses.replace(
-            experiment(record["experiment"], quick=record["quick"]), reps=record["reps"]
+            full,
+            reps=record["reps"],
+            pages=tuple(record.get("pages", full.pages)),
+            variants=tuple(record.get("variants", full.variants)),
+            links={name: link for name, link in full.links.items() if name in links},
+            profiled=record.get("profiled", full.profiled),
+            only_configs=tuple(record.get("only_configs", ())),
         )
         return cls(
             chosen,

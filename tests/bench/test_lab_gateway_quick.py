@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from bench.lab.cli import parse_args
+from bench.lab.experiments import UnknownConfigError, experiment
 from bench.lab.gateway import POOLED_POLICY, learned_policy
 from bench.lab.profile import Profile, area_of
 from bench.lab.sites import GATEWAY_PAGES, HOSTS, PHASES, build_pages, phase_of
@@ -22,6 +25,17 @@ def test_learned_policy_is_pooled_plus_learned_preconnect(tmp_path: Path) -> Non
     policy = learned.policies[learned.default]
     assert policy.upstream == pooled.policies[pooled.default].upstream
     assert policy.preconnect is not None and policy.preconnect.mode == "learned"
+
+
+def test_a_part_of_the_gateway_names_only_what_it_has(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["run", "gateway", "--pages", "app,news"])  # news is plt's
+    with pytest.raises(SystemExit):
+        parse_args(["run", "gateway", "--profiled", "mitmdump"])  # without --profile
+    part = dataclasses.replace(experiment("gateway"), only_configs=("direct", "mitmdump"))
+    assert [c.name for c in part.configs(tmp_path, {})] == ["direct", "mitmdump"]
+    with pytest.raises(UnknownConfigError, match="squid"):
+        dataclasses.replace(part, only_configs=("squid",)).configs(tmp_path, {})
 
 
 def test_news6_is_the_issues_page(tmp_path: Path) -> None:
