@@ -180,50 +180,6 @@ def drive_page_load(
         return run_driver(node_arguments, request, env, profile, timeout + _SHUTDOWN_GRACE)
 
 
-@dataclass(frozen=True)
-class SvgRender:
-    """One SVG file to turn into a PNG of `width` x `height` pixels."""
-
-    svg: Path
-    png: Path
-    width: int
-    height: int
-
-
-def render_svgs(jobs: list[SvgRender], timeout: float = 120.0) -> None:
-    """Renders each SVG to its PNG in one headless Chromium (the lab's plotter needs no library)."""
-    ensure_node_deps()
-    with tempfile.TemporaryDirectory(
-        prefix="reshape-chromium-", ignore_cleanup_errors=True
-    ) as scratch:
-        # An argument Chromium ignores, by which a browser left behind by a killed driver is found.
-        marker = f"--reshape-lab-render={uuid.uuid4().hex}"
-        request = {
-            "executablePath": str(CHROMIUM),
-            "args": [*CHROMIUM_FLAGS, "--no-proxy-server", marker],
-            "jobs": [
-                {"svg": str(j.svg), "png": str(j.png), "width": j.width, "height": j.height}
-                for j in jobs
-            ],
-        }
-        stdout, stderr = run_driver(
-            [str(BROWSER_PROJECT / "render_png.mjs")],
-            request,
-            {**os.environ, "HOME": scratch},
-            marker,
-            timeout,
-        )
-    try:
-        result = json.loads(stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        raise RuntimeError(
-            "rendering SVGs: no result from the browser driver:\n"
-            f"{(stdout + stderr)[-_OUTPUT_TAIL:]}"
-        ) from None
-    if not result["ok"]:
-        raise RuntimeError(f"rendering SVGs failed: {result['error']}")
-
-
 class BrowserSession:
     """Page loads in one headless Chromium, each in a fresh browser context: an empty cache, its
     own cookies, storage and connection pools — what a fresh profile gives, without launching a

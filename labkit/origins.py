@@ -102,12 +102,15 @@ def hypercorn_origin(
     workdir: Path | None = None,
     keep_alive_max_requests: int = 1_000_000,
     http2: bool = True,
+    keep_alive_timeout: float = 5.0,
 ) -> Iterator[Origin]:
     """hypercorn serving `root` statically on `host`; with `tls`, HTTPS offering h2 and HTTP/1.1
     (HTTP/1.1 only if not `http2`).
 
     `keep_alive_max_requests`: hypercorn ends a connection (HTTP/2: GOAWAY) after this many
     requests; its own default, 1,000, would make "one connection" depend on the request count.
+    `keep_alive_timeout`: seconds an idle connection is kept (hypercorn's default, 5 s; nginx's
+    origins here keep 65 s).
 
     With `port=0` a free port is picked. Logs go to `workdir` (temporary if None).
     """
@@ -134,7 +137,9 @@ def hypercorn_origin(
                 "--graceful-timeout",
                 "1",
                 "--config",
-                str(_hypercorn_config(directory, keep_alive_max_requests, http2)),
+                str(
+                    _hypercorn_config(directory, keep_alive_max_requests, http2, keep_alive_timeout)
+                ),
                 "--access-logfile",
                 str(directory / "access.log"),
                 "--error-logfile",
@@ -301,11 +306,14 @@ def _nginx_ready(pid_file: Path, host: str, port: int) -> bool:
     return pid_file.exists() and processes.accepts(host, port)
 
 
-def _hypercorn_config(directory: Path, keep_alive_max_requests: int, http2: bool = True) -> Path:
+def _hypercorn_config(
+    directory: Path, keep_alive_max_requests: int, http2: bool, keep_alive_timeout: float
+) -> Path:
     config = directory / "hypercorn.toml"
     alpn = '["h2", "http/1.1"]' if http2 else '["http/1.1"]'
     config.write_text(
         f"keep_alive_max_requests = {keep_alive_max_requests}\nalpn_protocols = {alpn}\n"
+        f"keep_alive_timeout = {keep_alive_timeout}\n"
     )
     return config
 

@@ -18,8 +18,10 @@ What it does not emulate: packet loss, reordering, jitter, queueing delay or dro
 (a shared bottleneck only serialises), TCP slow start or congestion control of the emulated path
 (the real loopback TCP underneath has its own), or MTU effects; TLS records and TCP segments are
 not rewritten. The client's own TCP handshake completes at once, against the relay's listener.
-The relay also counts the connections it makes to its target — in total, open now, and the most
-open at once — and the bytes each way, which is how tests see what an origin sees;
+The relay also counts the connections it makes to its target — in total, open now, the most
+open at once, and those that carried bytes towards the target since the counters were reset
+(new or kept open from before: how a pool's reused connections are seen) — and the bytes each
+way, which is how tests see what an origin sees;
 `close_connections` ends every relayed connection, as an origin closing idle keep-alive
 connections would.
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -63,6 +66,18 @@ class RelayStats:
     bytes_up: int = 0
     bytes_down: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # Connections (by the relay's own number) that carried bytes towards the target since reset.
+    _carried: set[int] = field(default_factory=set, repr=False)
+
+    @property
+    def used(self) -> int:
+        """Connections that carried bytes towards the target since the last reset, whether
+        accepted since or kept open from before."""
+        return len(self._carried)
+
+    def carried(self, connection: int) -> None:
+        with self._lock:
+            self._carried.add(connection)
 
     def opened(self) -> None:
         with self._lock:
@@ -81,6 +96,7 @@ class RelayStats:
             self.max_open = self.open
             self.bytes_up = 0
             self.bytes_down = 0
+            self._carried.clear()
 
 
 class _SharedLink:
@@ -107,6 +123,7 @@ class Relay:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._shared = {True: _SharedLink(), False: _SharedLink()}  # by direction: upward?
+        self._numbers = itertools.count()
 
     async def start(self, port: int = 0) -> None:
         self._server = await asyncio.start_server(self._accept, self.listen_host, port)
@@ -128,6 +145,7 @@ class Relay:
         assert task is not None
         self._tasks.add(task)
         link = self.link  # a connection keeps the link it was accepted under
+        number = next(self._numbers)
         counted = False
         pipes: list[asyncio.Task[None]] = []
         target_writer: asyncio.StreamWriter | None = None
@@ -142,10 +160,14 @@ class Relay:
             counted = True
             pipes = [
                 asyncio.create_task(
-                    self._pipe(reader, target_writer, link.up_delay, link.up_rate, True, link)
+                    self._pipe(
+                        reader, target_writer, link.up_delay, link.up_rate, True, link, number
+                    )
                 ),
                 asyncio.create_task(
-                    self._pipe(target_reader, writer, link.down_delay, link.down_rate, False, link)
+                    self._pipe(
+                        target_reader, writer, link.down_delay, link.down_rate, False, link, number
+                    )
                 ),
             ]
             # HTTP peers never half-close a live connection: once either side has closed, the
@@ -176,9 +198,10 @@ class Relay:
         rate: float | None,
         upward: bool,
         link: Link,
+        number: int,
     ) -> None:
-        """One direction of a connection: every chunk read is queued with the time it is due at
-        the far end (`delay` later) and handed to `_deliver`; b"" (the reader's EOF) ends it."""
+        """One direction of connection `number`: every chunk read is queued with the time it is due
+        at the far end (`delay` later) and handed to `_deliver`; b"" (the reader's EOF) ends it."""
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
         deliverer = asyncio.create_task(self._deliver(queue, writer, rate, upward, link))
         try:
@@ -186,6 +209,8 @@ class Relay:
                 data = await reader.read(_READ_SIZE)
                 if upward:
                     self.stats.bytes_up += len(data)
+                    if data:
+                        self.stats.carried(number)
                 else:
                     self.stats.bytes_down += len(data)
                 queue.put_nowait((time.monotonic() + delay, data))

@@ -4,6 +4,11 @@
     python -m bench.lab run NAME            run one fully; tables to stdout, section in RESULTS.md,
                                             plots in bench/plots/
     python -m bench.lab run --quick NAME    a short version (what the test suite runs)
+    python -m bench.lab run --profile NAME  also record the proxy the experiment profiles with
+                                            py-spy and publish the breakdown (gateway)
+    python -m bench.lab run NAME --pages app --variants h2 --rtts 100 --configs direct,mitmdump
+        --profile --profiled mitmdump       a part of an experiment: some of its pages, origin
+                                            variants, RTTs, configurations; another proxy profiled
     python -m bench.lab report --json FILE  tables, plots and RESULTS.md section again, from the
                                             --json record of a run
 
@@ -30,7 +35,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from bench import runs
-from bench.lab.experiments import NAMES, Experiment, experiment
+from bench.lab.experiments import NAMES, Experiment, UnknownConfigError, experiment
+from bench.lab.gateway_report import gateway_charts, gateway_overview, gateway_tables
 from bench.lab.network import network
 from bench.lab.plot import write_pngs
 from bench.lab.preconnect_report import (
@@ -38,6 +44,7 @@ from bench.lab.preconnect_report import (
     preconnect_overview,
     preconnect_tables,
 )
+from bench.lab.profile import Profiler, ProfilerError
 from bench.lab.report import (
     Run,
     booster_charts,
@@ -49,7 +56,7 @@ from bench.lab.report import (
     plt_tables,
     section,
 )
-from bench.lab.runner import run_loads
+from bench.lab.runner import GroupCpu, run_loads, run_warm_loads
 from bench.lab.sites import hosts_for
 from bench.overhead.peers import ProxyStartError
 from labkit.browser import BrowserSession, PageLoadError
@@ -83,6 +90,24 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     run.add_argument("--json", type=Path, help="also write the run's record (every load) here")
     run.add_argument("--workdir", type=Path, help="keep origins' roots, logs, proxies' files here")
+    run.add_argument(
+        "--profile",
+        action="store_true",
+        help="record the profiled proxy (gateway: pooled) with py-spy during the page loads and "
+        "publish its breakdown by function and by area",
+    )
+    run.add_argument(
+        "--profiled", metavar="CONFIG", help="with --profile: record this configuration instead"
+    )
+    for option, what in (
+        ("--pages", "pages"),
+        ("--variants", "origin variants (h1, h2)"),
+        ("--rtts", "RTTs in ms"),
+        ("--configs", "configurations"),
+    ):
+        run.add_argument(
+            option, type=_names, metavar="A,B", help=f"only these of the experiment's {what}"
+        )
     report = commands.add_parser("report", help="publish a run again from its --json record")
     report.add_argument("--json", type=Path, required=True, help="a record from run --json")
     report.add_argument("--no-record", action="store_true", help="do not write RESULTS.md")
@@ -96,7 +121,53 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.command == "run" and args.reps is not None and args.reps < 1:
         parser.error("--reps must be at least 1")
+    if args.command == "run" and args.profile and experiment(args.name).profiled is None:
+        parser.error(f"--profile: the {args.name} experiment profiles no proxy")
+    if args.command == "run" and args.profiled and not args.profile:
+        parser.error("--profiled: only with --profile")
+    if args.command == "run":
+        chosen = experiment(args.name, quick=args.quick)
+        for option, given, known in (
+            ("--pages", args.pages, chosen.pages),
+            ("--variants", args.variants, chosen.variants),
+            ("--rtts", args.rtts and [f"{rtt} ms" for rtt in args.rtts], chosen.links),
+        ):
+            unknown = [name for name in given or () if name not in known]
+            if unknown:
+                parser.error(
+                    f"{option}: {', '.join(unknown)} not in {args.name} (it has {', '.join(known)})"
+                )
     return args
+
+
+def _names(text: str) -> list[str]:
+    """A comma-separated list option: its non-empty items."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("an empty list")
+    return names
+
+
+def _part(chosen: Experiment, args: argparse.Namespace) -> Experiment:
+    """The experiment cut down to the pages, variants, RTTs and profiled proxy asked for."""
+    if args.reps is not None:
+        chosen = dataclasses.replace(chosen, reps=args.reps)
+    if args.pages:
+        chosen = dataclasses.replace(
+            chosen, pages=tuple(p for p in chosen.pages if p in args.pages)
+        )
+    if args.variants:
+        variants = tuple(v for v in chosen.variants if v in args.variants)
+        chosen = dataclasses.replace(chosen, variants=variants)
+    if args.rtts:
+        wanted = {f"{rtt} ms" for rtt in args.rtts}
+        links = {name: link for name, link in chosen.links.items() if name in wanted}
+        chosen = dataclasses.replace(chosen, links=links)
+    if args.profiled:
+        chosen = dataclasses.replace(chosen, profiled=args.profiled)
+    if args.configs:
+        chosen = dataclasses.replace(chosen, only_configs=tuple(args.configs))
+    return chosen
 
 
 def main(argv: Sequence[str]) -> int:
@@ -112,15 +183,16 @@ def main(argv: Sequence[str]) -> int:
         return _publish(Run.from_json(json.loads(args.json.read_text())), args)
     try:
         return _run(args, shlex.join(["python", "-m", "bench.lab", *argv]))
-    except (ProxyStartError, OriginStartError, PageLoadError) as error:
+    except UnknownConfigError as error:
+        say(f"FAILED: {error}")
+        return 2
+    except (ProxyStartError, OriginStartError, PageLoadError, ProfilerError) as error:
         say(f"FAILED: {error}")
         return 1
 
 
 def _run(args: argparse.Namespace, command: str) -> int:
-    chosen = experiment(args.name, quick=args.quick)
-    if args.reps is not None:
-        chosen = dataclasses.replace(chosen, reps=args.reps)
+    chosen = _part(experiment(args.name, quick=args.quick), args)
     facts = runs.machine()
     load = os.getloadavg()[0]
     if load > len(os.sched_getaffinity(0)) / 2:
@@ -136,6 +208,8 @@ def _run(args: argparse.Namespace, command: str) -> int:
         for variant in chosen.variants:
             net.start_origins(variant, hosts_for(chosen.pages), chosen.pages)
         configs = chosen.configs(workdir, net.pages)
+        if args.profile and chosen.profiled not in {c.name for c in configs}:
+            raise UnknownConfigError(f"--profiled: {chosen.profiled} is not a configuration run")
         say(f"starting {len(configs)} configurations: {', '.join(c.name for c in configs)}")
         for config in configs:
             net.start_proxy(config, Link())
@@ -143,16 +217,34 @@ def _run(args: argparse.Namespace, command: str) -> int:
         cas = [net.pki.ca_cert_path]
         cas += [e.proxy.https_ca for e in net.endpoints.values() if e.proxy is not None]
         say(f"{len(cells)} cells x {chosen.reps} repetitions = {len(cells) * chosen.reps} loads")
+        group_cpu: list[GroupCpu] = []
+        profiler = Profiler(workdir / "profile") if args.profile else None
         with BrowserSession(cas) as browser:
-            loads = run_loads(
-                net,
-                browser,
-                cells,
-                chosen.links,
-                chosen.reps,
-                chosen.name,
-                every_host_warm=not chosen.quick,
-            )
+            try:
+                if chosen.warm:
+                    loads, group_cpu = run_warm_loads(
+                        net,
+                        browser,
+                        cells,
+                        chosen.links,
+                        chosen.reps,
+                        chosen.name,
+                        profiler=profiler,
+                        profiled=chosen.profiled,
+                    )
+                else:
+                    loads = run_loads(
+                        net,
+                        browser,
+                        cells,
+                        chosen.links,
+                        chosen.reps,
+                        chosen.name,
+                        every_host_warm=not chosen.quick,
+                    )
+            finally:
+                if profiler is not None:
+                    profiler.close()
         pages = net.pages
     facts["load average at end"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
     run = Run(
@@ -164,6 +256,8 @@ def _run(args: argparse.Namespace, command: str) -> int:
         configs,
         pages,
         facts,
+        group_cpu,
+        profiler.profiles if profiler is not None else {},
     )
     if args.json:
         args.json.write_text(json.dumps(run.as_json(), indent=1))
@@ -178,26 +272,49 @@ def _publish(run: Run, args: argparse.Namespace) -> int:
     elif chosen.name == "preconnect":
         tables, overview = preconnect_tables(run), preconnect_overview(run)
         charts_of = preconnect_charts
+    elif chosen.name == "gateway":
+        tables, overview, charts_of = gateway_tables(run), gateway_overview(run), gateway_charts
     else:
         tables, overview, charts_of = plt_tables(run), plt_overview(run), plt_charts
     for page, table in tables.items():
         print(f"\n## {chosen.name}: {page}\n\n{table}")
     print(f"\n## {chosen.name}\n\n{overview}")
     plots_dir = args.plots or (None if args.no_record else PLOTS)
-    plots: dict[str, str] = {}
+    plots: dict[str, list[str]] = {}
     if plots_dir is not None:
         charts = charts_of(run, plots_dir)
         write_pngs(charts)
         for path in charts:
-            page = path.stem.split("-", 2)[2]
-            plots[page] = os.path.relpath(path.resolve(), args.results.resolve().parent)
+            # lab-<experiment>-<page>[-<what>].png: the longest page name it starts with.
+            rest = path.stem.split("-", 2)[2]
+            page = max((p for p in chosen.pages if rest == p or rest.startswith(f"{p}-")), key=len)
+            plots.setdefault(page, []).append(
+                os.path.relpath(path.resolve(), args.results.resolve().parent)
+            )
         say(f"plots in {plots_dir}")
-    if runs.publish(args, heading(chosen.name), section(run, tables, plots, overview)):
+    part = _part_of(run)
+    if part:
+        say(f"a part of {chosen.name} ({part}): not recorded in {args.results}")
+    elif runs.publish(args, heading(chosen.name), section(run, tables, plots, overview)):
         say(f"recorded in {args.results}")
     failed = sum(1 for load in run.loads if load.error is not None)
     if failed:
         say(f"{failed} of {len(run.loads)} loads failed")
     return 1 if failed else 0
+
+
+def _part_of(run: Run) -> str:
+    """What a run left out of its experiment ("" if nothing): a part never replaces the
+    experiment's section of RESULTS.md."""
+    chosen, full = run.experiment, experiment(run.experiment.name, quick=run.experiment.quick)
+    left_out = [
+        *(p for p in full.pages if p not in chosen.pages),
+        *(v for v in full.variants if v not in chosen.variants),
+        *(f"RTT {link}" for link in full.links if link not in chosen.links),
+    ]
+    if chosen.only_configs:
+        left_out.append(f"configs other than {', '.join(chosen.only_configs)}")
+    return "without " + ", ".join(left_out) if left_out else ""
 
 
 def _count(chosen: Experiment) -> str:

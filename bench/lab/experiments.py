@@ -11,6 +11,11 @@ page's resources on its one resource host), against the rule N = R/2, the browse
 
 `preconnect`: load time of the news page through reshape's pool with preconnect off, static and
 learned (bench/lab/preconnect.py), at RTT 0, 50, 100 and 200 ms between proxy and origins.
+
+`gateway`: reshape as a gateway near its users, its pool warm across users (bench/lab/gateway.py):
+the news-6 and app pages, direct, mitmdump, reshape `{}`, pooled, pooled with learned preconnect
+and pooled with two workers, at RTT 50, 100 and 200 ms between proxy and origins, h1 and h2
+origins; proxy CPU per load.
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.lab.gateway import POOLED as GATEWAY_PROFILED
+from bench.lab.gateway import gateway_configs
 from bench.lab.network import Config, Links, policy_file, rtt_link
 from bench.lab.preconnect import preconnect_configs
 from bench.lab.runner import Cell
-from bench.lab.sites import PAGES, PARALLEL_PAGES, VARIANTS, Page
+from bench.lab.sites import GATEWAY_PAGES, PAGES, PARALLEL_PAGES, VARIANTS, Page
 from labkit.relay import Link
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,6 +44,7 @@ POOLED = Config(
     "reshape-pooled", "reshape", REPO / "policies" / "pooled.yaml", label="reshape (pooled.yaml)"
 )
 PLT_RTTS_MS = (0, 50, 100, 200)
+GATEWAY_RTTS_MS = (50, 100, 200)
 # The booster's link to origins: long enough that connection set-up and request round trips
 # matter, and slow enough that parallel connections matter for bytes: each connection gets at
 # most 10 Mbit/s (as a window-limited TCP flow would), all together at most 40 Mbit/s per origin.
@@ -45,6 +53,13 @@ BOOSTER_PER_CONNECTION = 10e6 / 8  # bytes/s
 BOOSTER_SHARED = 40e6 / 8
 RESOURCE_HOST = "img"  # where the parallel-connection pages keep all their resources
 DEFAULT_REPS = 5
+# The gateway's targets are ratios of medians at one RTT: 7 loads give a median interval of
+# 2nd–6th smallest at 87.5% (min–max at 98.4%).
+GATEWAY_REPS = 7
+
+
+class UnknownConfigError(ValueError):
+    """A part of an experiment names a configuration the experiment does not have."""
 
 
 @dataclass(frozen=True)
@@ -56,15 +71,33 @@ class Experiment:
     links: dict[str, Links]
     reps: int
     quick: bool = False
+    # Connections live across loads (a gateway's pool warm across users; runner.run_warm_loads)
+    # instead of every load starting cold.
+    warm: bool = False
+    profiled: str | None = None  # the config whose proxy --profile records
+    only_configs: tuple[str, ...] = ()  # a part of the experiment: only these configs
 
     @property
     def is_booster(self) -> bool:
         return self.name == "booster"
 
     def configs(self, workdir: Path, pages: dict[str, dict[str, Page]]) -> list[Config]:
-        """Every configuration some cell needs (policy files for caps go to `workdir`)."""
+        """Every configuration some cell needs (policy files for caps go to `workdir`), or
+        those of `only_configs`; UnknownConfigError if it names one the experiment lacks."""
+        configs = self._all_configs(workdir, pages)
+        names = [c.name for c in configs]
+        unknown = [name for name in self.only_configs if name not in names]
+        if unknown:
+            raise UnknownConfigError(
+                f"{self.name} has no configuration {', '.join(unknown)} (it has {', '.join(names)})"
+            )
+        return [c for c in configs if c.name in self.only_configs] if self.only_configs else configs
+
+    def _all_configs(self, workdir: Path, pages: dict[str, dict[str, Page]]) -> list[Config]:
         if self.name == "preconnect":
             return preconnect_configs(workdir)
+        if self.name == "gateway":
+            return gateway_configs(workdir)
         if not self.is_booster:
             return [DIRECT, MITMDUMP, RESHAPE, POOLED]
         caps = sorted(
@@ -153,7 +186,23 @@ def experiment(name: str, *, quick: bool = False) -> Experiment:
             1 if quick else DEFAULT_REPS,
             quick,
         )
+    if name == "gateway":
+        gateway_rtts = (50,) if quick else GATEWAY_RTTS_MS
+        return Experiment(
+            "gateway",
+            "a gateway near its users, its pool warm across users: the news-6 and app pages, "
+            "every load a new user (fresh browser context), direct, mitmdump, reshape {}, "
+            "pooled, pooled with learned preconnect, pooled with 2 workers, RTT 50/100/200 ms "
+            "between proxy and origins, h1 and h2 origins; proxy CPU per load",
+            GATEWAY_PAGES,
+            ("h1",) if quick else VARIANTS,
+            {f"{rtt} ms": Links(Link(), rtt_link(rtt)) for rtt in gateway_rtts},
+            1 if quick else GATEWAY_REPS,
+            quick,
+            warm=True,
+            profiled=GATEWAY_PROFILED,
+        )
     raise KeyError(name)
 
 
-NAMES = ("plt", "booster", "preconnect")
+NAMES = ("plt", "booster", "preconnect", "gateway")

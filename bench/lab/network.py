@@ -8,9 +8,11 @@
 
 Pages name the origin relays' addresses, so every request to an origin crosses its relay. A
 direct load has no proxy, so its origin relays carry the client link and the origin link chained
-(delays added, the lower rate). Between loads every relay closes the connections it relays,
-as an origin closing idle keep-alive connections would: each load starts with no connection
-anywhere, in the proxy's pool included.
+(delays added, the lower rate). The runner decides when relays close the connections they relay
+(bench/lab/runner.py): after every load (each load then starts with no connection anywhere, in
+the proxy's pool included), or only when the network setting changes (a gateway's pool stays
+warm across its users). Origins keep idle connections 65 s (nginx's `keepalive_timeout` in
+labkit/origins.py, and hypercorn set to the same).
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ from labkit.origins import Origin, hypercorn_origin, nginx_origin
 from labkit.pki import OriginPKI
 from labkit.relay import Link, Relay, RelayThread
 
+# How long origins keep an idle connection: nginx's keepalive_timeout in labkit.origins, so that
+# the hypercorn origin (whose own default is 5 s) keeps a gateway's pooled connections as long.
+ORIGIN_KEEPALIVE_SECONDS = 65.0
+
 
 @dataclass(frozen=True)
 class Config:
@@ -36,6 +42,7 @@ class Config:
     kind: str  # "direct", "mitmdump" or "reshape"
     policy: Path | None = None  # reshape's policy file
     label: str = ""
+    workers: int = 1  # reshape's --workers
 
     @property
     def title(self) -> str:
@@ -138,7 +145,11 @@ class Network:
             workdir = self.workdir / "origins" / f"{variant}-{host}"
             options = {"tls": self._certs[host], "http2": variant == "h2", "workdir": workdir}
             if server == "hypercorn":
-                origin = self._stack.enter_context(hypercorn_origin(root, address, **options))
+                origin = self._stack.enter_context(
+                    hypercorn_origin(
+                        root, address, keep_alive_timeout=ORIGIN_KEEPALIVE_SECONDS, **options
+                    )
+                )
             else:
                 origin = self._stack.enter_context(nginx_origin(root, address, **options))
             relay = self.relays.add(address, (address, origin.port))
@@ -158,7 +169,9 @@ class Network:
             running = self._stack.enter_context(peers.mitmdump(workdir, ca))
         elif config.kind == "reshape":
             assert config.policy is not None, config
-            running = self._stack.enter_context(peers.reshape(workdir, ca, config.policy.resolve()))
+            running = self._stack.enter_context(
+                peers.reshape(workdir, ca, config.policy.resolve(), config.workers)
+            )
         else:
             raise ValueError(f"unknown config kind {config.kind!r}")
         relay = self.relays.add("127.0.0.1", ("127.0.0.1", running.ports[0]), client_link)

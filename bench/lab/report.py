@@ -8,8 +8,8 @@ import platform
 import subprocess
 import tempfile
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -17,7 +17,8 @@ from typing import Any
 from bench.lab.experiments import DEFAULT_REPS, Experiment, experiment, resources_per_host
 from bench.lab.network import Config, describe
 from bench.lab.plot import COLORS, Chart, Panel, Point, Reference, Series
-from bench.lab.runner import Cell, Load
+from bench.lab.profile import Profile
+from bench.lab.runner import Cell, GroupCpu, Load
 from bench.lab.sites import DESCRIPTIONS, HOSTS, Page, build_pages
 from bench.lab.stats import Summary, summarize
 from bench.runs import package_version
@@ -35,6 +36,8 @@ class Run:
     configs: list[Config]
     pages: dict[str, dict[str, Page]]  # variant -> name -> page
     machine: dict[str, str]
+    group_cpu: list[GroupCpu] = field(default_factory=list)  # warm runs: CPU per cell
+    profiles: dict[str, Profile] = field(default_factory=dict)  # --profile: tag -> profile
 
     def label(self, config: str) -> str:
         return next((c.title for c in self.configs if c.name == config), config)
@@ -45,6 +48,12 @@ class Run:
             "experiment": self.experiment.name,
             "quick": self.experiment.quick,
             "reps": self.experiment.reps,
+            # A part of the experiment (cli's --pages, --variants, --rtts, --profiled).
+            "pages": list(self.experiment.pages),
+            "variants": list(self.experiment.variants),
+            "links": list(self.experiment.links),
+            "profiled": self.experiment.profiled,
+            "only_configs": list(self.experiment.only_configs),
             "command": self.command,
             "started": self.started,
             "minutes": self.minutes,
@@ -55,30 +64,57 @@ class Run:
                     "kind": c.kind,
                     "policy": c.policy and str(c.policy),
                     "label": c.label,
+                    "workers": c.workers,
                 }
                 for c in self.configs
             ],
             "loads": [load.as_json() for load in self.loads],
+            "group_cpu": [group.as_json() for group in self.group_cpu],
+            "profiles": {tag: profile.as_json() for tag, profile in self.profiles.items()},
         }
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> Run:
+        full = experiment(record["experiment"], quick=record["quick"])
+        links = record.get("links", list(full.links))
         chosen = dataclasses.replace(
-            experiment(record["experiment"], quick=record["quick"]), reps=record["reps"]
+            full,
+            reps=record["reps"],
+            pages=tuple(record.get("pages", full.pages)),
+            variants=tuple(record.get("variants", full.variants)),
+            links={name: link for name, link in full.links.items() if name in links},
+            profiled=record.get("profiled", full.profiled),
+            only_configs=tuple(record.get("only_configs", ())),
         )
         return cls(
             chosen,
             record["command"],
             record["started"],
             record["minutes"],
-            [Load(**load) for load in record["loads"]],
+            [Load(**_load_record(load)) for load in record["loads"]],
             [
-                Config(c["name"], c["kind"], c["policy"] and Path(c["policy"]), c["label"])
+                Config(
+                    c["name"],
+                    c["kind"],
+                    c["policy"] and Path(c["policy"]),
+                    c["label"],
+                    c.get("workers", 1),
+                )
                 for c in record["configs"]
             ],
             _pages_again(chosen),
             record["machine"],
+            [GroupCpu(**group) for group in record.get("group_cpu", [])],
+            {tag: Profile.from_json(p) for tag, p in record.get("profiles", {}).items()},
         )
+
+
+def _load_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A load's record as `Load` takes it. Records from before `origin_connections_new` counted
+    only new origin connections, in `origin_connections` (a warm pool's showed as 0)."""
+    if "origin_connections_new" not in record:
+        return {**record, "origin_connections_new": record["origin_connections"]}
+    return record
 
 
 def _pages_again(chosen: Experiment) -> dict[str, dict[str, Page]]:
@@ -90,6 +126,24 @@ def _pages_again(chosen: Experiment) -> dict[str, dict[str, Page]]:
         return {
             variant: build_pages(roots, bases, variant, chosen.pages) for variant in chosen.variants
         }
+
+
+DETAIL_HEADER = (
+    "origins",
+    "RTT",
+    "config",
+    "n",
+    "median ms",
+    "p90 ms",
+    "interval",
+    "vs direct",
+    "browser conns",
+    "origin conns",
+    "peak/host",
+    "MB to browser",
+    "proxy CPU ms",
+    "failed",
+)
 
 
 def heading(name: str) -> str:
@@ -123,8 +177,8 @@ def cell_text(summary: Summary | None) -> str:
 
 def plt_tables(run: Run) -> dict[str, str]:
     """Page -> markdown: a compact table of medians per RTT, and every figure in <details>."""
-    stats, failed = summaries(run.loads), failures(run.loads)
-    configs = _configs_in(run)
+    stats = summaries(run.loads)
+    configs = configs_in(run)
     out = {}
     for page in run.experiment.pages:
         links = list(run.experiment.links)
@@ -134,37 +188,26 @@ def plt_tables(run: Run) -> dict[str, str]:
             for config in configs:
                 cells = [stats.get(Cell(variant, page, config, link)) for link in links]
                 rows.append([variant, run.label(config), *(cell_text(s) for s in cells)])
-        detail_header = [
-            "origins",
-            "RTT",
-            "config",
-            "n",
-            "median ms",
-            "p90 ms",
-            "interval",
-            "vs direct",
-            "browser conns",
-            "origin conns",
-            "peak/host",
-            "MB to browser",
-            "proxy CPU ms",
-            "failed",
-        ]
-        detail = []
-        for variant in run.experiment.variants:
-            for link in links:
-                direct = stats.get(Cell(variant, page, "direct", link))
-                for config in configs:
-                    detail.append(
-                        _detail_row(run, Cell(variant, page, config, link), stats, failed, direct)
-                    )
         out[page] = (
             markdown_table(header, rows)
             + "\n\n<details><summary>every cell: p90, connections, proxy CPU</summary>\n\n"
-            + markdown_table(detail_header, detail)
+            + markdown_table(DETAIL_HEADER, [row for _, row in detail_rows(run, page)])
             + "\n\n</details>"
         )
     return out
+
+
+def detail_rows(run: Run, page: str) -> list[tuple[Cell, list[str]]]:
+    """Every cell of `page` with its `detail_row`, by origin variant, RTT and configuration."""
+    stats, failed = summaries(run.loads), failures(run.loads)
+    rows = []
+    for variant in run.experiment.variants:
+        for link in run.experiment.links:
+            direct = stats.get(Cell(variant, page, "direct", link))
+            for config in configs_in(run):
+                cell = Cell(variant, page, config, link)
+                rows.append((cell, detail_row(run, cell, stats, failed, direct)))
+    return rows
 
 
 def plt_overview(run: Run) -> str:
@@ -174,7 +217,7 @@ def plt_overview(run: Run) -> str:
     links = list(run.experiment.links)
     rows = []
     for variant in run.experiment.variants:
-        for config in _configs_in(run):
+        for config in configs_in(run):
             if config == "direct":
                 continue
             row = [variant, run.label(config)]
@@ -203,26 +246,14 @@ def plt_overview(run: Run) -> str:
 
 def plt_charts(run: Run, directory: Path) -> dict[Path, Chart]:
     stats = summaries(run.loads)
+
+    def load_time(cell: Cell, rtt: float) -> Point | None:
+        summary = stats.get(cell)
+        return None if summary is None else Point(rtt, summary.median, summary.low, summary.high)
+
     charts = {}
-    rtts = {link: float(link.split()[0]) for link in run.experiment.links}
     for page in run.experiment.pages:
-        panels = []
-        for variant in run.experiment.variants:
-            panel = Panel(
-                f"{variant} origins", "RTT between proxy and origins (ms)", x_ticks=[*rtts.values()]
-            )
-            for index, config in enumerate(_configs_in(run)):
-                points = [
-                    Point(rtt, s.median, s.low, s.high)
-                    for link, rtt in rtts.items()
-                    if (s := stats.get(Cell(variant, page, config, link))) is not None
-                ]
-                panel.series.append(
-                    Series(
-                        run.label(config), points, COLORS[index % len(COLORS)], config == "direct"
-                    )
-                )
-            panels.append(panel)
+        panels = rtt_panels(run, page, load_time)
         charts[directory / f"lab-plt-{page}.png"] = Chart(
             f"plt: {page}",
             "load time, median ms (whiskers: interval of the median)",
@@ -230,6 +261,28 @@ def plt_charts(run: Run, directory: Path) -> dict[Path, Chart]:
             DESCRIPTIONS[page],
         )
     return charts
+
+
+def rtt_panels(run: Run, page: str, point_of: Callable[[Cell, float], Point | None]) -> list[Panel]:
+    """One panel per origin variant, x the RTT, a series per configuration of `point_of` (cell,
+    RTT in ms): None where the cell has no value."""
+    rtts = {link: float(link.split()[0]) for link in run.experiment.links}
+    panels = []
+    for variant in run.experiment.variants:
+        panel = Panel(
+            f"{variant} origins", "RTT between proxy and origins (ms)", x_ticks=[*rtts.values()]
+        )
+        for index, config in enumerate(configs_in(run)):
+            points = [
+                point
+                for link, rtt in rtts.items()
+                if (point := point_of(Cell(variant, page, config, link), rtt)) is not None
+            ]
+            if points:
+                color = COLORS[index % len(COLORS)]
+                panel.series.append(Series(run.label(config), points, color, config == "direct"))
+        panels.append(panel)
+    return panels
 
 
 # --- booster ----------------------------------------------------------------------------------
@@ -247,26 +300,12 @@ def booster_tables(run: Run) -> dict[str, str]:
         direct = stats.get(Cell(variant, page, "direct", link))
         measured = {n: s for n in caps if (s := stats.get(Cell(variant, page, f"cap-{n}", link)))}
         best = min(measured, key=lambda n: measured[n].median) if measured else None
-        header = [
-            "config",
-            "n",
-            "median ms",
-            "p90 ms",
-            "interval",
-            "vs direct",
-            "browser conns",
-            "origin conns",
-            "peak/host",
-            "MB to browser",
-            "proxy CPU ms",
-            "failed",
-            "",
-        ]
+        header = [*DETAIL_HEADER[2:], ""]
         rows = []
-        references = [c for c in _configs_in(run) if not c.startswith("cap-")]
+        references = [c for c in configs_in(run) if not c.startswith("cap-")]
         for config in [*(f"cap-{n}" for n in caps), *references]:
             cell = Cell(variant, page, config, link)
-            row = _detail_row(run, cell, stats, failed, direct)[2:]
+            row = detail_row(run, cell, stats, failed, direct)[2:]
             notes = []
             if config == f"cap-{rule}":
                 notes.append("rule N = R/2")
@@ -297,7 +336,7 @@ def booster_overview(run: Run) -> str:
     stats = summaries(run.loads)
     variant = run.experiment.variants[0]
     link = next(iter(run.experiment.links))
-    references = [c for c in _configs_in(run) if not c.startswith("cap-")]
+    references = [c for c in configs_in(run) if not c.startswith("cap-")]
     header = ["page", "R", "best N", "best ms", "N = R/2", "rule ms", "rule vs best"]
     header += [f"{run.label(c)} ms" for c in references]
     rows = []
@@ -350,7 +389,7 @@ def booster_charts(run: Run, directory: Path) -> dict[Path, Chart]:
             if (s := stats.get(Cell(variant, page, f"cap-{n}", link))) is not None
         ]
         panel.series.append(Series("reshape with cap N", points, COLORS[0]))
-        references = [c for c in _configs_in(run) if not c.startswith("cap-")]
+        references = [c for c in configs_in(run) if not c.startswith("cap-")]
         for index, config in enumerate(references, start=1):
             summary = stats.get(Cell(variant, page, config, link))
             if summary is not None:
@@ -368,9 +407,11 @@ def booster_charts(run: Run, directory: Path) -> dict[Path, Chart]:
 # --- the RESULTS.md section -------------------------------------------------------------------
 
 
-def section(run: Run, tables: dict[str, str], plots: dict[str, str], overview: str = "") -> str:
-    """The whole section, heading included, ending in one newline. `plots`: page -> path of its
-    PNG relative to RESULTS.md (pages without one get none)."""
+def section(
+    run: Run, tables: dict[str, str], plots: dict[str, list[str]], overview: str = ""
+) -> str:
+    """The whole section, heading included, ending in one newline. `plots`: page -> paths of its
+    PNGs relative to RESULTS.md (pages without one get none)."""
     experiment = run.experiment
     failed = sum(1 for load in run.loads if load.error is not None)
     reps = experiment.reps
@@ -388,18 +429,28 @@ def section(run: Run, tables: dict[str, str], plots: dict[str, str], overview: s
         "mark that its script-driven requests have finished, whichever is later): median "
         "and, in brackets, the order-statistics interval of the median (≥95% coverage when "
         "there are enough loads; with 5 loads it is min–max, 93.8%; with 3, 75%). "
-        "`browser conns`: TCP connections the browser opened; `origin conns`: connections the "
-        "origins accepted, all hosts; `peak/host`: most open at once to one origin host; "
-        "`MB to browser`: bytes the browser received, TLS included; `proxy CPU ms`: CPU time of "
-        "the proxy's processes during the load; those columns are medians over the loads.",
+        "`browser conns`: TCP connections the browser opened; `origin conns`: connections to "
+        "the origins, all hosts, that carried the load's requests; "
+        + (
+            "`new origin conns`: those of them opened during the load (a warm pool's were "
+            "opened by earlier users); "
+            if experiment.warm
+            else "`peak/host`: most open at once to one origin host; "
+        )
+        + "`MB to browser`: bytes the browser received, TLS included; `proxy CPU ms`: CPU time of "
+        + (
+            "the proxy's processes over the cell's repetitions (the time between its loads "
+            "included), divided by its loads; the other columns are medians over the loads."
+            if experiment.warm
+            else "the proxy's processes during the load; those columns are medians over the loads."
+        ),
     ]
     if overview:
         parts.append(overview)
     for page in experiment.pages:
         description = DESCRIPTIONS[page]
         block = [f"### {page}: {description}"]
-        if page in plots:
-            block.append(f"![{experiment.name} {page}]({plots[page]})")
+        block += [f"![{experiment.name} {page}]({plot})" for plot in plots.get(page, [])]
         block.append(tables[page])
         parts.append("\n\n".join(block))
     facts = "\n".join(f"- {key}: {value}" for key, value in {**run.machine, **versions()}.items())
@@ -460,15 +511,32 @@ def _setup_lines(run: Run) -> list[str]:
         "Browser: Debian's Chromium, headless, one browser process and a fresh browser context "
         "per load (empty cache, no cookies, no connections), QUIC off; bodies are not read "
         "back, but every status (200) and every body size is checked.",
-        "Between loads every relay closes all its connections: each load starts cold, also in "
-        "reshape's pool (no connection or TLS session survives in the relays, though reshape "
-        "may resume TLS sessions it cached).",
+        _connections_line(experiment),
         "Every process (Chromium, proxy, relays, origins) shares the same 2 cores; figures are "
         "comparable within this run only.",
     ]
 
 
-def _detail_row(
+def _connections_line(experiment: Experiment) -> str:
+    if experiment.warm:
+        return (
+            "Connections live across loads, as at a gateway serving user after user: each "
+            "proxy runs through all the loads of a cell, and nothing closes connections between "
+            "loads, so reshape's pool stays warm across users, while the browser (a fresh "
+            "context per load), direct or through mitmdump, keeps nothing from one user to the "
+            "next. Loads go in groups of one page, origin variant and RTT: all connections are "
+            "closed when a group starts, one unrecorded load per configuration warms it, then "
+            "its repetitions alternate the configurations. Origins keep idle connections 65 s, "
+            "reshape's pool 60 s."
+        )
+    return (
+        "Between loads every relay closes all its connections: each load starts cold, also in "
+        "reshape's pool (no connection or TLS session survives in the relays, though reshape "
+        "may resume TLS sessions it cached)."
+    )
+
+
+def detail_row(
     run: Run,
     cell: Cell,
     stats: dict[Cell, Summary],
@@ -505,7 +573,7 @@ def _detail_row(
     ]
 
 
-def _configs_in(run: Run) -> list[str]:
+def configs_in(run: Run) -> list[str]:
     seen = {load.config for load in run.loads}
     return [c.name for c in run.configs if c.name in seen]
 
@@ -557,7 +625,9 @@ def _notes(run: Run) -> list[str]:
 def _configs_text(configs: Sequence[Config]) -> str:
     repo = Path(__file__).resolve().parents[2]
     named = [
-        c.title + (f" = {_policy_text(c.policy, repo)}" if c.policy else "")
+        c.title
+        + (f" = {_policy_text(c.policy, repo)}" if c.policy else "")
+        + (f" with `--workers {c.workers}`" if c.workers != 1 else "")
         for c in configs
         if not c.name.startswith("cap-")
     ]

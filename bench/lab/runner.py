@@ -4,6 +4,19 @@ Every load is a fresh Chromium browser context (an empty cache, no connections, 
 profile) that reads no bodies back, so that only the page's own work competes with the proxy
 for the two cores. What it received is still
 checked: every status 200, every file's size as generated, every POST answered.
+
+Two ways to run the loads:
+
+- `run_loads`: every connection anywhere is closed after each load, so every load starts cold,
+  in the proxy too (the plt, booster and preconnect experiments);
+- `run_warm_loads`: a gateway serving user after user. The loads go in groups of one page, one
+  origin variant and one network setting; a group starts with no connection anywhere, then one
+  unrecorded load per configuration warms it, then its repetitions run with the configurations
+  alternating (A B C A B C …), and nothing closes between loads: each load is still a new user
+  (a fresh browser context), but a proxy keeps what it keeps across users — reshape its pool of
+  origin connections; the browser, direct or through mitmdump (whose origin connections belong
+  to the browser's), keeps nothing. The proxies' CPU time is also read over each group's
+  repetitions (`GroupCpu`), idle time between its loads included.
 """
 
 from __future__ import annotations
@@ -16,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 from bench.lab.network import Links, Network
 from bench.lab.preconnect import preconnect_counts
+from bench.lab.profile import Profiler
 from bench.lab.sites import Page
 from bench.overhead import peers
 from labkit.browser import BrowserSession, PageLoad, PageLoadError
@@ -50,7 +64,10 @@ class Load:
     done_ms: float | None = None
     requests: int = 0
     browser_connections: int = 0  # TCP connections the browser opened (to the proxy, or origins)
-    origin_connections: int = 0  # TCP connections the origins accepted
+    # TCP connections to the origins that carried this load's requests, new or kept open from
+    # an earlier load (a warm pool's), and of those the ones accepted during the load.
+    origin_connections: int = 0
+    origin_connections_new: int = 0
     origin_peak_per_host: int = 0  # the most open at once to one origin host
     browser_bytes: int = 0  # bytes the browser received
     origin_bytes: int = 0  # bytes the origins sent
@@ -67,6 +84,33 @@ class Load:
     @property
     def cell(self) -> Cell:
         return Cell(self.variant, self.page, self.config, self.link)
+
+    def as_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class GroupCpu:
+    """A proxy's CPU time over one cell's repetitions in a warm run: from after the group's
+    warm-up loads to its last load, the time between its own loads (others' turns) included."""
+
+    variant: str
+    page: str
+    config: str
+    link: str
+    cpu_ms: float
+    loads: int
+    # Warm connections reshape's preconnect opened over the repetitions, by outcome.
+    preconnects_used: int = 0
+    preconnects_unused: int = 0
+
+    @property
+    def cell(self) -> Cell:
+        return Cell(self.variant, self.page, self.config, self.link)
+
+    @property
+    def per_load_ms(self) -> float:
+        return self.cpu_ms / self.loads if self.loads else float("nan")
 
     def as_json(self) -> dict[str, object]:
         return asdict(self)
@@ -137,6 +181,73 @@ def run_loads(
     return loads
 
 
+def run_warm_loads(
+    net: Network,
+    browser: BrowserSession,
+    cells: Sequence[Cell],
+    links: dict[str, Links],
+    reps: int,
+    label: str,
+    *,
+    profiler: Profiler | None = None,
+    profiled: str | None = None,
+) -> tuple[list[Load], list[GroupCpu]]:
+    """Loads every cell `reps` times, a group (link, variant, page) at a time: warm-up loads
+    first, then the repetitions with configurations alternating; connections are closed only
+    when a group starts. With a `profiler`, the proxy of config `profiled` is recorded during
+    each group's repetitions, tagged "variant page"."""
+    groups: dict[tuple[str, str, str], list[Cell]] = {}
+    for cell in cells:
+        groups.setdefault((cell.link, cell.variant, cell.page), []).append(cell)
+    progress = Progress(len(cells) * reps, label)
+    loads: list[Load] = []
+    cpu: list[GroupCpu] = []
+    for (link, variant, page), group in groups.items():
+        net.close_connections()
+        time.sleep(_SETTLE_SECONDS)
+        for cell in group:
+            warm = _measure(net, browser, cell, -1, links, close_after=False)
+            if warm.error is not None:
+                print(f"lab {label}: warm-up load failed: {warm.error}", file=sys.stderr)
+        proxies = {
+            cell.config: proxy for cell in group if (proxy := net.endpoints[cell.config].proxy)
+        }
+        recorded = proxies.get(profiled) if profiler is not None and profiled else None
+        if profiler is not None and recorded is not None:
+            profiler.start(recorded.pgid, f"{variant} {page}", time.monotonic())
+        warm_before = {name: preconnect_counts(proxy) for name, proxy in proxies.items()}
+        before = {name: peers.group_cpu_seconds(proxy.pgid) for name, proxy in proxies.items()}
+        try:
+            for rep in range(reps):
+                for cell in group:
+                    load = _measure(net, browser, cell, rep, links, close_after=False)
+                    loads.append(load)
+                    what = f"{variant} {page} {cell.config} {link} rep {rep + 1}"
+                    progress.advance(what, load.error is None)
+                    if load.error is not None:
+                        print(f"lab {label}: FAILED {what}: {load.error}", file=sys.stderr)
+        finally:
+            if profiler is not None and recorded is not None:
+                profiler.stop(time.monotonic())
+        spent = {n: peers.group_cpu_seconds(p.pgid) - before[n] for n, p in proxies.items()}
+        for name, proxy in proxies.items():
+            used, unused = preconnect_counts(proxy)
+            cpu.append(
+                GroupCpu(
+                    variant,
+                    page,
+                    name,
+                    link,
+                    spent[name] * 1000,
+                    reps,
+                    used - warm_before[name][0],
+                    unused - warm_before[name][1],
+                )
+            )
+    net.close_connections()
+    return loads, cpu
+
+
 def warm_up_cells(net: Network, cells: Sequence[Cell], every_host: bool = True) -> list[Cell]:
     """Loads that pay first-use costs outside the measurements: starting Chromium, and each
     proxy's first contact with every origin host (mitmproxy makes a certificate per host). Per
@@ -161,16 +272,25 @@ def warm_up_cells(net: Network, cells: Sequence[Cell], every_host: bool = True) 
 
 
 def _measure(
-    net: Network, browser: BrowserSession, cell: Cell, rep: int, links: dict[str, Links]
+    net: Network,
+    browser: BrowserSession,
+    cell: Cell,
+    rep: int,
+    links: dict[str, Links],
+    *,
+    close_after: bool = True,
 ) -> Load:
+    """One load of `cell`. `close_after`: close every connection after it, and count the warm
+    connections reshape's preconnect opened (from its /metrics, outside the CPU reading; a warm
+    run counts them per group instead, as scraping costs the proxy CPU)."""
     endpoint = net.endpoints[cell.config]
     page = net.pages[cell.variant][cell.page]
     net.set_links(links[cell.link], endpoint.config)
     net.reset_counters()
     load = Load(cell.variant, cell.page, cell.config, cell.link, rep)
     proxy = endpoint.proxy
+    warm_before = preconnect_counts(proxy) if close_after else (0, 0)
     cpu_before = peers.group_cpu_seconds(proxy.pgid) if proxy else 0.0
-    warm_before = preconnect_counts(proxy)
     try:
         loaded = browser.load(
             page.url,
@@ -186,21 +306,23 @@ def _measure(
     if proxy is not None:
         load.proxy_cpu_ms = (peers.group_cpu_seconds(proxy.pgid) - cpu_before) * 1000
     origins = [host.relay.stats for host in net.hosts[cell.variant].values()]
-    load.origin_connections = sum(stats.accepted for stats in origins)
+    load.origin_connections = sum(stats.used for stats in origins)
+    load.origin_connections_new = sum(stats.accepted for stats in origins)
     load.origin_peak_per_host = max((stats.max_open for stats in origins), default=0)
     load.origin_bytes = sum(stats.bytes_down for stats in origins)
     if endpoint.relay is None:
-        load.browser_connections = load.origin_connections
+        load.browser_connections = load.origin_connections_new
         load.browser_bytes = load.origin_bytes
     else:
         load.browser_connections = endpoint.relay.stats.accepted
         load.browser_bytes = endpoint.relay.stats.bytes_down
-    net.close_connections()
-    time.sleep(_SETTLE_SECONDS)
-    # After the close: a warm connection nobody used is counted once it has closed.
-    warm_after = preconnect_counts(proxy)
-    load.preconnects_used = warm_after[0] - warm_before[0]
-    load.preconnects_unused = warm_after[1] - warm_before[1]
+    if close_after:
+        net.close_connections()
+        time.sleep(_SETTLE_SECONDS)
+        # After the close: a warm connection nobody used is counted once it has closed.
+        warm_after = preconnect_counts(proxy)
+        load.preconnects_used = warm_after[0] - warm_before[0]
+        load.preconnects_unused = warm_after[1] - warm_before[1]
     if loaded is not None:
         load.load_ms, load.fcp_ms, load.done_ms = loaded.load_ms, loaded.fcp_ms, loaded.done_ms
         load.plt_ms = max(loaded.load_ms, loaded.done_ms or 0.0)

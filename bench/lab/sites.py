@@ -11,7 +11,10 @@ from the seed alone, and each page comes with the size of every body a load must
   HTML → script → XHR → image;
 - `app`: a script that makes 200 small requests in five bursts, each after the previous one
   finished: map tiles (images from two tile hosts) and feed updates (XHR GETs and POSTs to its
-  own origin, a hypercorn that echoes POSTs).
+  own origin, a hypercorn that echoes POSTs);
+- `news-6`: the smaller news page of issue 17's gateway measurements, on 6 origins: the HTML,
+  2 stylesheets and 3 scripts on a second host, 24 images over four more hosts, then 12 API calls
+  (JSON from the page's own origin) in 3 dependent bursts of 4 — 42 requests, the page included.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,13 +47,16 @@ HOSTS: dict[str, tuple[str, str]] = {
     "api": ("127.0.0.16", "hypercorn"),  # answers POST /echo/… (nginx would say 405)
     "tiles-a": ("127.0.0.17", "nginx"),
     "tiles-b": ("127.0.0.18", "nginx"),
+    "img4": ("127.0.0.19", "nginx"),
 }
 VARIANTS = ("h1", "h2")
 SEED = 4
-DONE_GLOBAL = "__labDone"  # set by news and app once their script-driven requests finished
+# Set by news, news-6 and app once their script-driven requests have finished.
+DONE_GLOBAL = "__labDone"
 
 PARALLEL_PAGES = ("large-images", "medium-images", "tiny-css", "css-and-images")
 PAGES = (*PARALLEL_PAGES, "news", "app")
+GATEWAY_PAGES = ("news-6", "app")
 DESCRIPTIONS = {
     "large-images": "4 images of 1.5–5 MB on one host",
     "medium-images": "the same 4 images at 180–800 KB",
@@ -57,6 +64,8 @@ DESCRIPTIONS = {
     "css-and-images": "6 stylesheets of ~30 bytes + 6 images of ~4 KB on one host",
     "news": "~80 resources from 13 hosts; HTML → CSS → font/image, HTML → script → XHR → image",
     "app": "a script making 200 small requests (tiles, XHR GET/POST) in 5 dependent bursts",
+    "news-6": "HTML, 2 stylesheets + 3 scripts on a second host, 24 images on four more, then "
+    "12 API calls in 3 dependent bursts: 42 requests, 6 origins",
 }
 _LARGE_BYTES = (1_500_000, 2_600_000, 3_700_000, 5_000_000)
 _MEDIUM_BYTES = (180_000, 380_000, 590_000, 800_000)
@@ -134,6 +143,8 @@ def hosts_for(pages: tuple[str, ...]) -> list[str]:
         used |= {"www", *_NEWS_HOSTS}
     if "app" in pages:
         used |= {"api", "tiles-a", "tiles-b"}
+    if "news-6" in pages:
+        used |= {"www", _NEWS6_STATIC, *_NEWS6_IMAGE_HOSTS}
     return [host for host in HOSTS if host in used]
 
 
@@ -150,6 +161,9 @@ def build_pages(
             built[name] = writer.page(name, variant, _parallel_page(writer, name, rng))
         elif name == "news":
             url = _news_page(writer, rng)
+            built[name] = writer.page(name, variant, url, done_global=DONE_GLOBAL)
+        elif name == "news-6":
+            url = _news6_page(writer, rng)
             built[name] = writer.page(name, variant, url, done_global=DONE_GLOBAL)
         elif name == "app":
             url, posts = _app_page(writer, rng)
@@ -367,6 +381,93 @@ def _font_face(family: str, url: str) -> str:
     return f'@font-face {{ font-family: {family}; src: url("{url}") format("woff2"); }}'
 
 
+# --- news-6 -----------------------------------------------------------------------------------
+
+_NEWS6_STATIC = "static1"
+_NEWS6_IMAGE_HOSTS = ("img1", "img2", "img3", "img4")
+_NEWS6_IMAGES_PER_HOST = 6
+_NEWS6_BURSTS = 3
+_NEWS6_CALLS_PER_BURST = 4
+
+
+def _news6_page(writer: _Writer, rng: random.Random) -> str:
+    stylesheets = [
+        writer.write(_NEWS6_STATIC, "main.css", _css_with(rng, _between(rng, 20, 40), [])),
+        writer.write(_NEWS6_STATIC, "theme.css", _css_with(rng, _between(rng, 5, 10), [])),
+    ]
+    # API calls go to the page's own origin (root-relative URLs: no CORS), as a site's own API.
+    bursts = [
+        [
+            writer.write("www", f"api/b{burst}-{call}.json", _feed_item(call, rng))
+            for call in range(_NEWS6_CALLS_PER_BURST)
+        ]
+        for burst in range(_NEWS6_BURSTS)
+    ]
+    paths = [[url[url.index("/", len("https://")) :] for url in burst] for burst in bursts]
+    head_script = writer.write(_NEWS6_STATIC, "lib.js", _js_with(rng, _between(rng, 60, 90), ""))
+    deferred = [
+        writer.write(_NEWS6_STATIC, "app.js", _js_with(rng, _between(rng, 30, 50), "")),
+        writer.write(
+            _NEWS6_STATIC, "feed.js", _js_with(rng, _between(rng, 5, 10), _news6_script(paths))
+        ),
+    ]
+    images = [
+        writer.write(host, f"photo-{i}.png", _png_of(_between(rng, 5, 60), rng))
+        for host in _NEWS6_IMAGE_HOSTS
+        for i in range(_NEWS6_IMAGES_PER_HOST)
+    ]
+    rng.shuffle(images)
+    body = ["<header><h1>Lab News</h1></header>", "<main>"]
+    for index, url in enumerate(images):
+        body += [
+            "<article>",
+            f"<h2>{_prose(rng, 6)}</h2>",
+            f'<figure><img src="{url}" alt="photo {index}"><figcaption>{_prose(rng, 8)}'
+            "</figcaption></figure>",
+            f"<p>{_prose(rng, 60)}</p>",
+            "</article>",
+        ]
+    body += ['</main><ol id="feed"></ol><footer>Lab News</footer>']
+    lines = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        "<title>reshape lab: news-6</title>",
+        '<link rel="icon" href="data:,">',
+        *(f'<link rel="stylesheet" href="{url}">' for url in stylesheets),
+        f'<script src="{head_script}"></script>',
+        *(f'<script src="{url}" defer></script>' for url in deferred),
+        "</head><body>",
+        *body,
+        "</body></html>",
+        "",
+    ]
+    return writer.write("www", "index.html", "\n".join(lines).encode())
+
+
+def _news6_script(bursts: list[list[str]]) -> str:
+    """Fetches each burst's JSON documents at once, a burst after the previous one answered."""
+    return f"""
+(function () {{
+  var bursts = {json.dumps(bursts)};
+  function call(url) {{
+    return fetch(url).then(function (response) {{
+      if (!response.ok) throw new Error(url + ' answered ' + response.status);
+      return response.json();
+    }}).then(function (item) {{
+      var li = document.createElement('li');
+      li.textContent = item.title;
+      document.getElementById('feed').appendChild(li);
+    }});
+  }}
+  bursts.reduce(function (previous, burst) {{
+    return previous.then(function () {{ return Promise.all(burst.map(call)); }});
+  }}, Promise.resolve()).then(function () {{
+    window.{DONE_GLOBAL} = performance.now();
+  }}, function (e) {{ window.{DONE_GLOBAL} = 'news-6: ' + e; }});
+}})();
+"""
+
+
 # --- app --------------------------------------------------------------------------------------
 
 
@@ -476,6 +577,43 @@ def _app_script(bursts: list[dict[str, object]]) -> str:
 def _feed_item(index: int, rng: random.Random) -> bytes:
     item = {"id": index, "title": _prose(rng, 8), "text": _prose(rng, _between(rng, 0.1, 0.4))}
     return json.dumps(item).encode()
+
+
+# --- phases -----------------------------------------------------------------------------------
+
+PHASES: dict[str, tuple[str, ...]] = {
+    "news-6": ("css+js", "images", *(f"API {n + 1}" for n in range(_NEWS6_BURSTS))),
+    "app": (
+        "css+js",
+        *(
+            f"{kind} {sum(1 for k, _ in _BURSTS[: i + 1] if k == kind)}"
+            for i, (kind, _) in enumerate(_BURSTS)
+        ),
+    ),
+}
+_NUMBERED = re.compile(r"/(tile|feed|event)-(\d+)(?:\.|$)")
+_NEWS6_CALL = re.compile(r"/api/b(\d+)-\d+\.json$")
+
+
+def phase_of(page: str, url: str) -> str | None:
+    """Which of `PHASES[page]` a subresource of `page` belongs to (None: none, or no phases)."""
+    if page == "news-6":
+        if (call := _NEWS6_CALL.search(url)) is not None:
+            return f"API {int(call[1]) + 1}"
+        return "images" if url.endswith(".png") else "css+js"
+    if page == "app":
+        numbered = _NUMBERED.search(url)
+        if numbered is None:
+            return "css+js" if url.endswith((".css", ".js")) else None
+        kind = "tiles" if numbered[1] == "tile" else "feed"
+        index = int(numbered[2])
+        seen = 0
+        for burst, (burst_kind, count) in enumerate(_BURSTS):
+            if burst_kind == kind:
+                if index < seen + count:
+                    return PHASES["app"][burst + 1]
+                seen += count
+    return None
 
 
 # --- content ----------------------------------------------------------------------------------

@@ -149,14 +149,41 @@ async def test_relay_closes_connections_and_shares_its_bottleneck() -> None:
     await server.wait_closed()
 
 
-def _quick_run(name: str, tmp_path: Path) -> tuple[list[dict[str, object]], str]:
+async def test_relay_counts_a_kept_open_connection_that_carries_a_request_as_used() -> None:
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(100):
+            writer.write(data)
+        writer.close()
+
+    server = await asyncio.start_server(echo, "127.0.0.1", 0)
+    relay = Relay("127.0.0.1", server.sockets[0].getsockname()[:2])
+    await relay.start()
+    pooled, idle = [await asyncio.open_connection("127.0.0.1", relay.port) for _ in range(2)]
+    for reader, writer in (pooled, idle):
+        writer.write(b"warm-up")
+        assert await reader.readexactly(7) == b"warm-up"
+    assert (relay.stats.accepted, relay.stats.used) == (2, 2)
+    relay.stats.reset()  # a new load: the pool's connections stay open
+    reader, writer = pooled
+    writer.write(b"request")
+    assert await reader.readexactly(7) == b"request"
+    # No connection was new; one of the two kept open carried this load's request.
+    assert (relay.stats.accepted, relay.stats.used, relay.stats.open) == (0, 1, 2)
+    for _, writer in (pooled, idle):
+        writer.close()
+    await relay.stop()
+    server.close()
+    await server.wait_closed()
+
+
+def _quick_run(name: str, tmp_path: Path, *options: str) -> tuple[list[dict[str, object]], str]:
     results = tmp_path / "RESULTS.md"
     figures = tmp_path / "loads.json"
     plots = tmp_path / "plots"
     stdout = run_bench(
         "lab",
         [
-            *("run", "--quick", name, "--no-record"),
+            *("run", "--quick", name, "--no-record", *options),
             *("--results", str(results), "--json", str(figures), "--plots", str(plots)),
         ],
         timeout=QUICK_TIMEOUT,

@@ -1,0 +1,139 @@
+"""`python -m bench.lab run --quick --profile gateway` end to end, and its pure parts."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bench.lab.cli import parse_args
+from bench.lab.experiments import UnknownConfigError, experiment
+from bench.lab.gateway import POOLED_POLICY, learned_policy
+from bench.lab.profile import Profile, area_of
+from bench.lab.sites import GATEWAY_PAGES, HOSTS, PHASES, build_pages, phase_of
+from reshape.policy.loader import load_policy_file
+from tests.bench.test_lab_quick import _quick_run
+
+SINGLE_PROCESS_POOLS = ("reshape", "reshape-pooled", "pooled-learned")
+
+
+def test_learned_policy_is_pooled_plus_learned_preconnect(tmp_path: Path) -> None:
+    learned = load_policy_file(learned_policy(tmp_path))
+    pooled = load_policy_file(POOLED_POLICY)
+    policy = learned.policies[learned.default]
+    assert policy.upstream == pooled.policies[pooled.default].upstream
+    assert policy.preconnect is not None and policy.preconnect.mode == "learned"
+
+
+def test_a_part_of_the_gateway_names_only_what_it_has(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["run", "gateway", "--pages", "app,news"])  # news is plt's
+    with pytest.raises(SystemExit):
+        parse_args(["run", "gateway", "--profiled", "mitmdump"])  # without --profile
+    part = dataclasses.replace(experiment("gateway"), only_configs=("direct", "mitmdump"))
+    assert [c.name for c in part.configs(tmp_path, {})] == ["direct", "mitmdump"]
+    with pytest.raises(UnknownConfigError, match="squid"):
+        dataclasses.replace(part, only_configs=("squid",)).configs(tmp_path, {})
+
+
+def test_news6_is_the_issues_page(tmp_path: Path) -> None:
+    roots = {host: tmp_path / host for host in HOSTS}
+    bases = {host: f"https://{address}:4443" for host, (address, _) in HOSTS.items()}
+    page = build_pages(roots, bases, "h1", GATEWAY_PAGES)["news-6"]
+    assert page.requests == 42 and len(page.hosts) == 6
+    assert sorted(page.per_host.values()) == [5, 6, 6, 6, 6, 12]  # scripts+css, images, API
+    api = [url for url in page.sizes if "/api/" in url]
+    assert len(api) == 12 and all(url.startswith(bases["www"]) for url in api)
+
+
+def test_profile_counts_self_and_inclusive_once_per_sample() -> None:
+    profile = Profile()
+    profile.add_raw(
+        "<module> (reshape:8);run (asyncio/runners.py:118);f (reshape/upstream/h1.py:10);"
+        "f (reshape/upstream/h1.py:12) 3\n"
+        "<module> (reshape:8);run (asyncio/runners.py:118);g (ssl.py:5) 2\n"
+    )
+    assert profile.samples == 5
+    assert profile.functions_self == Counter({"f (reshape/upstream/h1.py)": 3, "g (ssl.py)": 2})
+    assert profile.functions_inclusive["f (reshape/upstream/h1.py)"] == 3  # recursion: once
+    assert profile.functions_inclusive["run (asyncio/runners.py)"] == 5
+    assert profile.areas_inclusive["reshape.upstream"] == 3
+    assert Profile.from_json(profile.as_json()) == profile
+
+
+def test_every_subresource_of_a_gateway_page_has_a_phase(tmp_path: Path) -> None:
+    roots = {host: tmp_path / host for host in HOSTS}
+    bases = {host: f"https://{address}:4443" for host, (address, _) in HOSTS.items()}
+    pages = build_pages(roots, bases, "h2", GATEWAY_PAGES)
+    for name, page in pages.items():
+        phases = Counter(phase_of(name, url) for url in page.sizes if url != page.url)
+        assert set(phases) == set(PHASES[name]), name
+    app = Counter(phase_of("app", url) for url in pages["app"].sizes)
+    assert [app[f"tiles {n}"] for n in (1, 2, 3)] == [48, 48, 24]
+    assert app["feed 1"] == app["feed 2"] == 20  # the GETs; each burst's POSTs share its phase
+    assert phase_of("app", "https://127.0.0.2:4443/echo/h2/app/event-025") == "feed 2"
+
+
+def test_profile_names_the_direct_caller_of_what_runs() -> None:
+    profile = Profile()
+    profile.add_raw(
+        "<module> (reshape:8);send (reshape/engine/h2.py:3);write (ssl.py:5) 4\n"
+        "<module> (reshape:8);flush (mitmproxy/proxy/server.py:9);write (ssl.py:5) 1\n"
+    )
+    assert profile.callers == Counter(
+        {
+            ("write (ssl.py)", "send (reshape/engine/h2.py)"): 4,
+            ("write (ssl.py)", "flush (mitmproxy/proxy/server.py)"): 1,
+        }
+    )
+    assert Profile.from_json(profile.as_json()) == profile
+
+
+@pytest.mark.parametrize(
+    ("file", "area"),
+    [
+        ("mitmproxy/proxy/layers/http/_http2.py", "mitmproxy.proxy.layers.http"),
+        ("mitmproxy/proxy/server.py", "mitmproxy.proxy.server"),
+        ("mitmproxy/addonmanager.py", "mitmproxy.addonmanager"),
+        ("/work/x/reshape/mitm/patches/inline_hooks.py", "reshape.mitm"),
+        ("asyncio/streams.py", "asyncio"),
+        ("h2/connection.py", "h2"),
+        ("ssl.py", "ssl"),
+    ],
+)
+def test_areas_name_packages_and_mitmproxys_modules(file: str, area: str) -> None:
+    assert area_of(file) == area
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_quick_gateway_keeps_the_pool_warm_across_users(tmp_path: Path) -> None:
+    loads, stdout = _quick_run("gateway", tmp_path, "--profile")
+    assert {(load["page"], load["config"]) for load in loads} == {
+        (page, config)
+        for page in GATEWAY_PAGES
+        for config in (
+            "direct",
+            "mitmdump",
+            "reshape",
+            "reshape-pooled",
+            "pooled-learned",
+            "pooled-w2",
+        )
+    }
+    for load in loads:
+        # A new user each time: the browser opens its own connections to the proxy or origins.
+        assert isinstance(load["browser_connections"], int) and load["browser_connections"] >= 1
+        # Every load's requests crossed connections to the origins, counted at the origins.
+        assert isinstance(load["origin_connections"], int) and load["origin_connections"] >= 1
+        if load["config"] in ("direct", "mitmdump"):
+            assert load["origin_connections_new"] == load["origin_connections"], load
+        elif load["config"] in SINGLE_PROCESS_POOLS:
+            # The warm-up load left the pool warm: this user's load opened nothing new.
+            assert load["origin_connections_new"] == 0, load
+    assert "Issue 17's targets" in stdout
+    assert "Profile of the pooled proxy" in stdout and "Top 25 functions by self time" in stdout
+    assert "Proxy CPU per load" in stdout
+    assert "new origin conns" in stdout
