@@ -375,7 +375,7 @@ def _profiled_run(
         if run.proxy_cpu_s is not None and run.requests
         else ""
     )
-    return profiles.markdown(title + cost, profiles.summary(raw))
+    return profiles.markdown(title + cost, profiles.summary(raw)).rstrip()
 
 
 def _proxy(

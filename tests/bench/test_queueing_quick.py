@@ -99,7 +99,9 @@ def test_transactions_are_medians_over_rounds_and_ratios_pair_each_round_with_it
     assert "0.50 (0.20-1.00)" in rendered
     assert "h2, 1.0" in rendered and "HTTP/1.1, 2.0" in rendered
     said = findings(list(by_key.values()))
-    assert any("target" in line and "met by pool, pipeline_depth 8" in line for line in said)
+    assert any(
+        "target" in line and "pipeline_depth 8 0.50 (0.20-1.00) x: met" in line for line in said
+    )
     assert not any("NOT met" in line for line in said)
 
 
