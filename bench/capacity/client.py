@@ -1,11 +1,14 @@
-"""A small HTTP/1.1 browser model for benches: K keep-alive connections per origin, FIFO waits.
+"""A small browser model for benches: K keep-alive connections per origin, FIFO waits, and
+optionally HTTP/2 by ALPN.
 
 A `Browser` fetches URLs like a browser of the HTTP/1.1 era: at most `per_host` connections to
 each origin (opened as requests need them, kept alive, reused most-recently-used first); a request
 that finds them all busy waits, first come first served, for one to be free. Through a forward
 proxy the per-host limit applies to the origins it names, as in browsers (so 6 per host means
 6 connections to the proxy per origin); plain http goes in absolute form, https through CONNECT
-and TLS with the proxy's CA.
+and TLS with the proxy's CA. With `http2` it negotiates as Chromium does: h2 when the server at
+the end of the TLS connection (the origin, or an intercepting proxy) chooses it by ALPN, then one
+connection per origin carries every request (bench/capacity/http2.py); HTTP/1.1 otherwise.
 
 Each fetch records when the page wanted it, how long it waited for a busy connection, when it
 was sent, when the response head arrived and when the body ended, so benches can split a
@@ -21,15 +24,15 @@ import contextlib
 import re
 import ssl
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
+
+from bench.capacity.http2 import Http2Connection
+from bench.capacity.response import FetchError, Response, Unanswered
 
 _MAX_HEAD = 64 * 1024
 _READ_SIZE = 64 * 1024
 _RESOURCE = re.compile(r'(?:src|href)="([^"]+)"')
-
-
-class FetchError(Exception):
-    """A request failed: no connection, a broken or malformed response."""
 
 
 @dataclass(frozen=True)
@@ -67,20 +70,12 @@ class Fetch:
     new_connection: bool
     retried: bool
     queue_wait: float  # seconds spent waiting for one of the browser's busy connections
+    protocol: str = "http/1.1"  # to the next hop (the proxy, when there is one): or "h2"
 
     @property
     def transaction(self) -> float:
         """Ready → response head: waiting for a connection, connecting, and the round trip."""
         return self.head - self.ready
-
-
-@dataclass(frozen=True)
-class Response:
-    status: int
-    size: int  # body bytes
-    head_at: float  # when the head had arrived (event loop clock)
-    reusable: bool  # the connection may carry another request
-    body: bytes  # empty unless asked for
 
 
 @dataclass(frozen=True)
@@ -162,6 +157,12 @@ class Connection:
     def closed_by_peer(self) -> bool:
         return self.reader.at_eof() or self.writer.is_closing()
 
+    @property
+    def alpn(self) -> str | None:
+        """The protocol TLS negotiated by ALPN (None: plain http, or no ALPN)."""
+        ssl_object = self.writer.get_extra_info("ssl_object")
+        return None if ssl_object is None else ssl_object.selected_alpn_protocol()
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.writer.close()
@@ -237,10 +238,6 @@ class Connection:
         return total
 
 
-class Unanswered(FetchError):
-    """Not one byte of a response came back."""
-
-
 def _status(head: bytes) -> int:
     try:
         return int(head.split(b" ", 2)[1])
@@ -262,12 +259,36 @@ class _HostConnections:
     """One origin's connections in one browser."""
 
     idle: list[Connection] = field(default_factory=list)
-    count: int = 0  # open or opening
-    waiters: collections.deque[asyncio.Future[None]] = field(default_factory=collections.deque)
+    count: int = 0  # open or opening (an HTTP/2 connection counts once)
+    # Each resolves True when handed a freed connection or stream, False when only told to look
+    # again (the first connection's ALPN is known).
+    waiters: collections.deque[asyncio.Future[bool]] = field(default_factory=collections.deque)
+    # The origin's HTTP/2 connection, once ALPN chose h2: every request goes there.
+    multiplexed: Http2Connection | None = None
+    # The first connection is being opened and may yet turn out to speak h2: others wait for it.
+    negotiating: bool = False
+
+
+type Carrier = Connection | Http2Connection
+
+
+def tls_context(ca: Path, *, http2: bool) -> ssl.SSLContext:
+    """A client TLS context trusting `ca`, offering h2 and http/1.1 by ALPN (as Chromium does)
+    with `http2`, http/1.1 alone without: what a `Browser(..., http2=...)` needs."""
+    context = ssl.create_default_context(cafile=str(ca))
+    context.set_alpn_protocols(["h2", "http/1.1"] if http2 else ["http/1.1"])
+    return context
 
 
 class Browser:
-    """A browser with `per_host` connections per origin, optionally through a forward proxy."""
+    """A browser with `per_host` connections per origin, optionally through a forward proxy.
+
+    With `http2` (and a `tls` context that offers h2, see `tls_context`) it negotiates by ALPN
+    as Chromium does: while the first https connection to an origin is being opened, the origin's
+    other requests wait for it; if the server (the origin, or an intercepting proxy at the end of
+    the CONNECT tunnel) chose h2, every request to that origin goes on that one connection, else
+    the browser goes on with HTTP/1.1 and `per_host` connections.
+    """
 
     def __init__(
         self,
@@ -275,12 +296,14 @@ class Browser:
         *,
         proxy: tuple[str, int] | None = None,
         tls: ssl.SSLContext | None = None,
+        http2: bool = False,
     ) -> None:
         if per_host < 1:
             raise ValueError("per_host must be at least 1")
         self.per_host = per_host
         self.proxy = proxy
         self.tls = tls
+        self.http2 = http2
         self._hosts: dict[OriginKey, _HostConnections] = {}
         self.connections_opened = 0
 
@@ -309,10 +332,13 @@ class Browser:
         return PageLoad(url, started, loop.time(), [page, *rest])
 
     async def close(self) -> None:
-        """Closes every idle connection; busy ones close as their requests end or are cancelled."""
+        """Closes every idle connection; busy ones close as their requests end or are cancelled
+        (an HTTP/2 connection at once, failing its streams)."""
         for host in self._hosts.values():
             for connection in host.idle:
                 connection.close()
+            if host.multiplexed is not None:
+                host.multiplexed.close()
             for waiter in host.waiters:
                 if not waiter.done():
                     waiter.cancel()
@@ -358,57 +384,96 @@ class Browser:
                 new,
                 retried,
                 queue_wait,
+                "h2" if isinstance(connection, Http2Connection) else "http/1.1",
             )
             return fetch, response.body
 
-    async def _acquire(self, origin: OriginKey) -> tuple[Connection, bool, float]:
-        """A connection to `origin`: (connection, newly opened, seconds waited for a busy one)."""
+    async def _acquire(self, origin: OriginKey) -> tuple[Carrier, bool, float]:
+        """A connection to `origin`: (connection, newly opened, seconds waited for a busy one, or
+        for the first connection's ALPN)."""
         loop = asyncio.get_running_loop()
         host = self._hosts.setdefault(origin, _HostConnections())
         waited = 0.0
         woken = False
         while True:
-            while host.idle:
-                connection = host.idle.pop()
-                if not connection.closed_by_peer:
-                    return connection, False, waited
-                connection.close()
-                host.count -= 1
-            if host.count < self.per_host:
-                host.count += 1
-                try:
-                    connection = await Connection.open(origin, self.proxy, self.tls)
-                except BaseException:
+            multiplexed = host.multiplexed
+            if multiplexed is not None and multiplexed.closed_by_peer:
+                self._forget(host, multiplexed)
+            elif multiplexed is not None:
+                if multiplexed.has_free_stream:
+                    return multiplexed, False, waited
+            else:
+                while host.idle:
+                    connection = host.idle.pop()
+                    if not connection.closed_by_peer:
+                        return connection, False, waited
+                    connection.close()
                     host.count -= 1
-                    self._wake(host)
-                    raise
-                self.connections_opened += 1
-                return connection, True, waited
-            waiter = loop.create_future()
-            # Woken but beaten to the connection: back to the front, not the back.
+                if host.count < self.per_host and not host.negotiating:
+                    return (*await self._open(origin, host), waited)
+            waiter: asyncio.Future[bool] = loop.create_future()
+            # Handed a connection but beaten to it: back to the front, not the back.
             if woken:
                 host.waiters.appendleft(waiter)
             else:
                 host.waiters.append(waiter)
             since = loop.time()
             try:
-                await waiter
+                woken = await waiter
             except asyncio.CancelledError:
                 with contextlib.suppress(ValueError):
                     host.waiters.remove(waiter)
-                if waiter.done() and not waiter.cancelled():
-                    self._wake(host)  # it was woken for a connection it will not take
+                if waiter.done() and not waiter.cancelled() and waiter.result():
+                    self._wake(host)  # it was handed a connection it will not take
                 raise
             finally:
                 waited += loop.time() - since
-            woken = True
 
-    def _release(self, origin: OriginKey, connection: Connection, *, reusable: bool) -> None:
+    async def _open(self, origin: OriginKey, host: _HostConnections) -> tuple[Carrier, bool]:
+        """A new connection to `origin`; with `http2`, the first one's ALPN decides for the rest."""
+        host.count += 1
+        host.negotiating = self.http2 and origin.scheme == "https" and host.count == 1
+        try:
+            connection = await Connection.open(origin, self.proxy, self.tls)
+        except BaseException:
+            host.count -= 1
+            self._settle(host)
+            self._wake(host)
+            raise
+        self.connections_opened += 1
+        carrier: Carrier = connection
+        if self.http2 and connection.alpn == "h2":
+            carrier = host.multiplexed = Http2Connection(connection.reader, connection.writer)
+        self._settle(host)
+        return carrier, True
+
+    @staticmethod
+    def _settle(host: _HostConnections) -> None:
+        """The first connection's ALPN is known (or it failed): everyone waiting for it looks
+        again, in the order they came (none of them was handed a connection)."""
+        if host.negotiating:
+            host.negotiating = False
+            while host.waiters:
+                waiter = host.waiters.popleft()
+                if not waiter.done():
+                    waiter.set_result(False)
+
+    def _forget(self, host: _HostConnections, connection: Http2Connection) -> None:
+        """An HTTP/2 connection that can carry no more requests: the next one negotiates again."""
+        if host.multiplexed is connection:
+            host.multiplexed = None
+            host.count -= 1
+        connection.close()
+
+    def _release(self, origin: OriginKey, connection: Carrier, *, reusable: bool) -> None:
         host = self._hosts.get(origin)
         if host is None:  # closed meanwhile
             connection.close()
             return
-        if reusable and not connection.closed_by_peer:
+        if isinstance(connection, Http2Connection):
+            if not reusable or connection.closed_by_peer:
+                self._forget(host, connection)
+        elif reusable and not connection.closed_by_peer:
             host.idle.append(connection)
         else:
             connection.close()
@@ -417,8 +482,9 @@ class Browser:
 
     @staticmethod
     def _wake(host: _HostConnections) -> None:
+        """Hands what was freed to the first waiter."""
         while host.waiters:
             waiter = host.waiters.popleft()
             if not waiter.done():
-                waiter.set_result(None)
+                waiter.set_result(True)
                 return

@@ -19,8 +19,9 @@ import resource
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bench.capacity.client import Browser, FetchError
+from bench.capacity.client import Browser
 from bench.capacity.procs import own_runqueue_seconds
+from bench.capacity.response import FetchError
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """bench/queueing's load: a few browsers, each loading a page of many small resources in bursts.
 
-Each browser (bench/capacity/client.py, 6 connections per host) starts at a seeded moment within
-the first pause, loads the page `pages` times with a seeded pause between loads, and keeps its
-connections from one load to the next. A load is one burst: the HTML, then every subresource at
-once. The whole run is bounded by `timeout`; loads still going then are abandoned and count as
-errors.
+Each browser (bench/capacity/client.py: HTTP/1.1 with 6 connections per host, or h2 by ALPN as
+Chromium negotiates it) starts at a seeded moment within the first pause, loads the page `pages`
+times with a seeded pause between loads, and keeps its connections from one load to the next. A
+load is one burst: the HTML, then every subresource at once. The whole run is bounded by
+`timeout`; loads still going then are abandoned and count as errors.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import random
 import ssl
 from dataclasses import dataclass, field
 
-from bench.capacity.client import Browser, Fetch, FetchError
+from bench.capacity.client import Browser, Fetch
+from bench.capacity.response import FetchError
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,8 @@ class LoadPlan:
     pages: int  # loads per browser
     pause: tuple[float, float]  # seconds between a browser's loads, uniform
     proxy: tuple[str, int] | None
-    tls: ssl.SSLContext
+    tls: ssl.SSLContext  # offering h2 by ALPN if `http2`
+    http2: bool  # the browsers negotiate h2 by ALPN, as Chromium does
     timeout: float
     seed: int
 
@@ -47,7 +49,7 @@ async def run_load(plan: LoadPlan) -> LoadResult:
 
     async def browse(index: int) -> None:
         rng = random.Random(plan.seed * 7919 + index)
-        browser = Browser(plan.per_host, proxy=plan.proxy, tls=plan.tls)
+        browser = Browser(plan.per_host, proxy=plan.proxy, tls=plan.tls, http2=plan.http2)
         try:
             await asyncio.sleep(rng.uniform(0, plan.pause[1]))
             for number in range(plan.pages):
