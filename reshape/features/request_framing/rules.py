@@ -92,9 +92,18 @@ class Refusal:
     message: str
 
 
+_CHECKED = frozenset({b"host", b"content-length", b"connection"})
+
+
 def refusal(head: RequestHead) -> Refusal | None:
     """Why `head` must be answered 400 and not forwarded; None if it may go."""
-    hosts = _values(head.fields, b"host")
+    # One pass over the fields (every request is checked): the values of the checked ones.
+    found: dict[bytes, list[bytes]] = {}
+    for field, value in head.fields:
+        name = field.lower()
+        if name in _CHECKED:
+            found.setdefault(name, []).append(value)
+    hosts = found.get(b"host", [])
     if len(hosts) > 1:
         return Refusal("malformed", "More than one Host header field.")
     if head.is_http1 and head.method != "CONNECT" and head.target_authority is None:
@@ -102,16 +111,22 @@ def refusal(head: RequestHead) -> Refusal | None:
             return Refusal("malformed", "HTTP/1.1 request without a Host header field.")
         if hosts and not _AUTHORITY.fullmatch(hosts[0]):
             return Refusal("malformed", "Host header field is not an authority.")
-    for value in _values(head.fields, b"content-length"):
+    for value in found.get(b"content-length", ()):
         for member in value.split(b","):
             digits = member.strip().lstrip(b"0")
             # Compared as text first: int() refuses numerals of more than 4,300 digits.
             if digits.isdigit() and (len(digits) > 19 or int(digits) > MAX_CONTENT_LENGTH):
                 return Refusal("smuggling", f"Content-Length larger than {MAX_CONTENT_LENGTH}.")
-    named = _tokens(head.fields, b"connection") & _NEVER_HOP_BY_HOP
-    if named:
-        names = b", ".join(sorted(named)).decode()
-        return Refusal("smuggling", f"Connection header field names {names}.")
+    if b"connection" in found:
+        named = {
+            token.strip().lower()
+            for value in found[b"connection"]
+            for token in value.split(b",")
+            if token.strip()
+        } & _NEVER_HOP_BY_HOP
+        if named:
+            names = b", ".join(sorted(named)).decode()
+            return Refusal("smuggling", f"Connection header field names {names}.")
     return None
 
 

@@ -98,13 +98,12 @@ class ReportSplitRequests(Patch):
             elif isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
                 state.waiting.pop(event.stream_id, None)
 
+            if not isinstance(event, h2.events.RequestReceived) or event.stream_ended:
+                # No head with a body to come: nothing to note, no command to look at.
+                return bool((yield from original_handle_h2_event(self, event)))
+
             def note_head(command: Any) -> list[Any]:
-                if (
-                    isinstance(event, h2.events.RequestReceived)
-                    and not event.stream_ended
-                    and isinstance(command, ReceiveHttp)
-                    and isinstance(command.event, RequestHeaders)
-                ):
+                if isinstance(command, ReceiveHttp) and isinstance(command.event, RequestHeaders):
                     state.waiting[event.stream_id] = (command.event.request, state.reads)
                 return [command]
 
