@@ -57,10 +57,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 # How often one idempotent request may be sent before a lost connection fails it instead of
-# sending it again (a request that kills connections must not loop). Only requests that got no
-# byte of an answer go again (RFC 9110 §9.2.2): one the origin answered at all, even with garbage,
-# never does (reshape/upstream/h1.py marks it answered).
-MAX_ATTEMPTS = 3
+# sending it again: once more at most (a request that kills connections must not loop, and an
+# origin must not see it many times). Only requests that got no byte of an answer go again (RFC
+# 9110 §9.2.2): one the origin answered at all, even with garbage, never does
+# (reshape/upstream/h1.py marks it answered). A keep-alive race (the origin closed an idle
+# connection as the request left) and requests behind a response that announced its close cost
+# no attempt: they never reached the origin.
+MAX_ATTEMPTS = 2
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,12 @@ def test_refused_and_cut_responses(start_reshape: StartProxy, tmp_path: Path, po
         assert dropped.status_code == 502, dropped.text
         time.sleep(0.5)
         assert origin.count("/drop") == 1
+        # A GET whose connections die before any answer goes again once, no more (it may have
+        # reached the origin: an origin that kills connections must not see it many times).
+        dropped_get = http.get(origin.url("/drop/get"))
+        assert dropped_get.status_code == 502, dropped_get.text
+        time.sleep(0.5)
+        assert origin.count("/drop/get") == 2
         # And the proxy goes on serving.
         assert http.get(origin.url("/echo/after")).text == "after"
 

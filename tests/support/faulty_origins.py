@@ -8,7 +8,7 @@ in `seen` (method and path, in order of arrival), and answers by path:
 - `/cut/length`, `/cut/chunked`: a head announcing 100,000 bytes (Content-Length, or chunked),
   1,000 bytes of body, then a TCP reset — a response cut mid-body;
 - `/silent`: reads the request and never answers;
-- `/drop`: reads the request, then resets the connection without a byte of answer;
+- `/drop`, `/drop/get`: read the request, then reset the connection without a byte of answer;
 - `/reset` (HTTP/2): RST_STREAM INTERNAL_ERROR before any response head.
 
 `unreachable_address()` is a loopback port nothing listens on (connection refused);
@@ -92,7 +92,7 @@ class FaultyOrigin(ScriptedOrigin):
                 return
             if path == "/silent":
                 await asyncio.sleep(3600)
-            if path == "/drop":
+            if path in ("/drop", "/drop/get"):
                 writer.transport.abort()
                 return
             ident = await _echo_id(path, query)
