@@ -181,7 +181,7 @@ def target_lines(measurements: Sequence[Measurement]) -> list[str]:
         if reshape and pooled and reshape.rps > 0:
             lines.append(
                 f"reshape (upstream pool) / reshape, {scheme}: {pooled.rps / reshape.rps:.2f}x"
-                " req/s — the cost of the engine and of mitmproxy's hop to its gateway"
+                " req/s — policies/pooled.yaml's pool against the default policy's"
                 + _cpu_ratio(pooled, reshape)
             )
         workers = _find(measurements, "reshape-w2", scheme)

@@ -52,7 +52,7 @@ QUICK_CONFIGS = ("direct", "squid", "mitmdump", "reshape")
 # fails. That is Squid's behaviour, not the overhead this bench measures.
 ORIGIN_KEEPALIVE_REQUESTS = 1_000_000_000
 LABELS = {"reshape-w2": "reshape --workers 2", "reshape-pooled": "reshape (upstream pool)"}
-# The upstream pool's own policy: the cost of the engine and of mitmproxy's hop to its gateway.
+# The upstream pool's own policy (policies/pooled.yaml), against the default policy's.
 POOLED_POLICY = REPO / "policies" / "pooled.yaml"
 SCHEMES = ("http", "https")
 
