@@ -45,6 +45,8 @@ class FaultyOrigin(ScriptedOrigin):
     def __init__(self, host: str, tls: IssuedCert | None = None) -> None:
         super().__init__(host, tls, alpn=("h2",))
         self.seen: list[tuple[str, str]] = []
+        # HTTP/2: request body bytes received so far, per path (as they arrive, not at the end).
+        self.received: dict[str, int] = {}
 
     def count(self, path: str) -> int:
         return sum(1 for _, seen in self.seen if seen == path)
@@ -115,6 +117,7 @@ class FaultyOrigin(ScriptedOrigin):
     async def _serve_h2(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = h2_server(writer)
         pending: set[asyncio.Task[None]] = set()
+        path_of: dict[int, str] = {}
 
         async def answer(stream_id: int, path: str, query: dict[str, str]) -> None:
             ident = await _echo_id(path, query)
@@ -136,6 +139,7 @@ class FaultyOrigin(ScriptedOrigin):
                 target = headers[b":path"]
                 self.seen.append((headers[b":method"].decode(), target.decode()))
                 path, query = _split(target)
+                path_of[event.stream_id] = path
                 if path == "/reset":
                     connection.reset_stream(event.stream_id, h2.errors.ErrorCodes.INTERNAL_ERROR)
                 else:
@@ -143,6 +147,8 @@ class FaultyOrigin(ScriptedOrigin):
                     pending.add(task)
                     task.add_done_callback(pending.discard)
             elif isinstance(event, h2.events.DataReceived):
+                path = path_of.get(event.stream_id, "")
+                self.received[path] = self.received.get(path, 0) + len(event.data)
                 connection.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
 
 
