@@ -301,7 +301,9 @@ def _measure(
             resource_timing=True,
         )
     except PageLoadError as error:
-        load.error = str(error).splitlines()[0][:300]
+        # The first line says how many requests failed; the next ones say which and why.
+        lines = [line for line in str(error).splitlines() if line]
+        load.error = "; ".join(lines[:3])[:400]
         loaded = None
     if proxy is not None:
         load.proxy_cpu_ms = (peers.group_cpu_seconds(proxy.pgid) - cpu_before) * 1000
