@@ -141,11 +141,14 @@ def test_pipelining_carries_most_requests_and_survives_early_closes(
     pipelined = proxy.metric("reshape_upstream_requests_total", connection="pipelined")
     assert proxy.metric("reshape_requests_total", outcome="ok") == total
     # Every response arrived intact (browsers() checked the bytes); the origin answered each
-    # request exactly once: retried requests had not been answered before.
-    assert len(served) == total
+    # request once, or — when nginx's close cut a response off before a byte of it reached the
+    # proxy (an idempotent GET with no byte of answer goes again) — once more, never more often
+    # than the retries the proxy counted. (1 run in 5 on a quiet 2-core machine: 601 of 600.)
+    retries = proxy.metric("reshape_upstream_retries_total")
+    assert total <= len(served) <= total + retries
     assert relay.stats.max_open <= 2
     assert pipelined / total >= 0.5, proxy.metrics()
-    assert proxy.metric("reshape_upstream_retries_total") > 0
+    assert retries > 0
 
 
 @pytest.mark.slow
