@@ -1143,7 +1143,10 @@ class PoolMachine(RuleBasedStateMachine):
         conn_id = data.draw(st.sampled_from(self.ready_conns()))
         conn = self.conns.pop(conn_id)
         unanswered = self._draw_unanswered(data, conn)
-        if graceful:  # an announced close: expected, so no attempt is used up
+        # An announced close, or the keep-alive race (the one request on a reused HTTP/1.1
+        # connection finding it closed): expected, so no attempt is used up.
+        keep_alive_race = conn.proto is H1 and len(conn.in_flight) == 1 and conn.served > 1
+        if graceful or keep_alive_race:
             for w in unanswered:
                 self.waiters[w].attempts -= 1
         elif conn.proto is H1 and len(conn.in_flight) >= 2 and unanswered:
