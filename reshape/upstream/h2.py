@@ -25,6 +25,7 @@ from hpack import HeaderTuple, NeverIndexedHeaderTuple
 
 from reshape.base.errors import ReshapeError
 from reshape.upstream.types import (
+    HOP_BY_HOP,
     ConnectionListener,
     Headers,
     Unanswered,
@@ -147,11 +148,6 @@ class _GoawayTolerantConnection(h2.connection.H2Connection):
         return [], [event]
 
 
-# Fields h2 would refuse to send (RFC 9113 §8.2.2): connection-specific ones. `te` is added by
-# the engine itself, as `trailers`, the only value allowed.
-_NOT_SENT = frozenset(
-    {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"te"}
-)
 # Kept out of HPACK's dynamic table (RFC 7541 §7.1.3), as h2 and nghttp2 do: the table is shared
 # by every client of the pooled connection, so one client must not learn another's credentials
 # from the lengths of its own requests.
@@ -167,7 +163,9 @@ def outbound_fields(fields: Headers) -> list[HeaderTuple]:
     ready: list[HeaderTuple] = []
     for name, value in fields:
         name = name.lower()
-        if name in _NOT_SENT or name.startswith(b":") or not name:
+        # Connection-specific fields h2 would refuse (RFC 9113 §8.2.2) are hop-by-hop ones;
+        # `te` is added by the engine itself, as `trailers`, the only value allowed.
+        if name in HOP_BY_HOP or name.startswith(b":") or not name:
             continue
         value = value.strip(b" \t")
         if b"\r" in value or b"\n" in value or b"\0" in value or b"\r" in name or b"\n" in name:

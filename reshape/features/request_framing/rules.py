@@ -31,7 +31,7 @@ The rules, from RFC 9112 §3.2 / §3.2.2 and RFC 9110 §7.2 / §7.6.1 / §8.6:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -75,11 +75,13 @@ def _values(fields: Fields, name: bytes) -> list[bytes]:
 
 
 def _tokens(fields: Fields, name: bytes) -> set[bytes]:
+    return _tokens_of(_values(fields, name))
+
+
+def _tokens_of(values: Iterable[bytes]) -> set[bytes]:
+    """The comma-separated list members of field values, lower-case."""
     return {
-        token.strip().lower()
-        for value in _values(fields, name)
-        for token in value.split(b",")
-        if token.strip()
+        token.strip().lower() for value in values for token in value.split(b",") if token.strip()
     }
 
 
@@ -117,16 +119,10 @@ def refusal(head: RequestHead) -> Refusal | None:
             # Compared as text first: int() refuses numerals of more than 4,300 digits.
             if digits.isdigit() and (len(digits) > 19 or int(digits) > MAX_CONTENT_LENGTH):
                 return Refusal("smuggling", f"Content-Length larger than {MAX_CONTENT_LENGTH}.")
-    if b"connection" in found:
-        named = {
-            token.strip().lower()
-            for value in found[b"connection"]
-            for token in value.split(b",")
-            if token.strip()
-        } & _NEVER_HOP_BY_HOP
-        if named:
-            names = b", ".join(sorted(named)).decode()
-            return Refusal("smuggling", f"Connection header field names {names}.")
+    named = _tokens_of(found.get(b"connection", ())) & _NEVER_HOP_BY_HOP
+    if named:
+        names = b", ".join(sorted(named)).decode()
+        return Refusal("smuggling", f"Connection header field names {names}.")
     return None
 
 
