@@ -151,7 +151,7 @@ class _GoawayTolerantConnection(h2.connection.H2Connection):
 # Kept out of HPACK's dynamic table (RFC 7541 §7.1.3), as h2 and nghttp2 do: the table is shared
 # by every client of the pooled connection, so one client must not learn another's credentials
 # from the lengths of its own requests.
-_SECRET = frozenset({b"authorization", b"proxy-authorization"})
+_SECRET = frozenset({b"authorization"})  # Proxy-Authorization is hop-by-hop: never sent
 _SHORT_COOKIE = 20
 
 
