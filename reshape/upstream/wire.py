@@ -164,6 +164,7 @@ class Wire(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if exc is not None and self._error is None:
+            self._read_what_arrived()
             self._error = WireError(f"connection lost: {exc}")
         self._eof = True
         self._readable.set()
@@ -171,6 +172,33 @@ class Wire(asyncio.Protocol):
         if not self._handshake.done():
             self._handshake.set_exception(self._error or WireError("connection closed"))
         self._notify_close()
+
+    def _read_what_arrived(self) -> None:
+        """Deliver what the peer sent before the connection broke and nobody read yet.
+
+        asyncio closes a transport whose write failed without reading on: an origin that
+        answers pipelined requests, then resets the connection as the next ones arrive, has its
+        answers in our kernel buffer still (Linux keeps them readable after a reset), and
+        without them those requests would count as unanswered and be sent again. The socket is
+        still open here (asyncio closes it after this callback); a duplicate of it is read
+        without blocking until it has nothing more."""
+        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
+        if sock is None:
+            return
+        try:
+            dup = sock.dup()
+        except OSError:
+            return
+        with dup:
+            dup.setblocking(False)
+            while self._error is None:
+                try:
+                    data = dup.recv(256 * 1024)
+                except OSError:  # nothing more for now, or the reset itself
+                    return
+                if not data:
+                    return
+                self.data_received(data)
 
     def pause_writing(self) -> None:
         self._writable.clear()
