@@ -225,7 +225,9 @@ class ConnectionRecord:
     def goaway(self) -> None:
         self.engine.run(self.pool, self.pool.goaway(self.conn_id, self.engine.now()))
 
-    def lost(self, answered: list[int], *, graceful: bool = False) -> None:
+    def lost(
+        self, answered: list[int], *, graceful: bool = False, first_sent: int | None = None
+    ) -> None:
         if self.tls is not None:
             self.engine.sessions.put(session_key(self.pool), self.tls.session)
         self.engine.forget_connection(self)
@@ -234,7 +236,11 @@ class ConnectionRecord:
         unanswered = sorted(set(self.pool.in_flight_on(self.conn_id)).difference(answered))
         broken_before = self.pool.pipelining_broken
         actions = self.pool.connection_lost(
-            self.conn_id, self.engine.now(), unanswered=unanswered, graceful=graceful
+            self.conn_id,
+            self.engine.now(),
+            unanswered=unanswered,
+            graceful=graceful,
+            first_sent=first_sent,
         )
         if self.pool.pipelining_broken and not broken_before:
             self.engine.observer.pipelining_disabled()

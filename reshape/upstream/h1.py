@@ -98,6 +98,7 @@ class H1Upstream:
         self.closed = False
         self._lost_reported = False
         self.requests_sent = 0
+        self.first_sent: int | None = None  # the waiter whose request went out first
         self._broken: UpstreamError | None = None
         wire.on_close = self._closed_while_idle
         wire.on_idle_data = self._out_of_turn
@@ -145,6 +146,8 @@ class H1Upstream:
                 response, "connection closed before the request was sent", never_sent=True
             )
         self.wire.on_idle_data = None  # from now on, data is this request's response
+        if self.first_sent is None:
+            self.first_sent = waiter_id
         self.line.append(response)
         if len(self.line) == 1:
             response.turn.set()
@@ -345,7 +348,7 @@ class H1Upstream:
         self.line.clear()
         self.wire.on_close = None
         self.wire.close()
-        self.listener.lost(answered, graceful=graceful)
+        self.listener.lost(answered, graceful=graceful, first_sent=self.first_sent)
 
     def close(self) -> None:
         self._lost(UpstreamError("closed by the pool"))

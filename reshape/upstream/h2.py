@@ -202,6 +202,10 @@ class H2Upstream:
         self._flush_scheduled = False
         self._lost_reported = False
         self.settings_received = asyncio.Event()
+        # The waiter of a stream opened before the origin's SETTINGS arrived: the one request
+        # that a connection lost before the origin said anything may have been the cause of.
+        # Once they have arrived the connection is proven (Chromium's SpdySession::IsReused).
+        self.first_sent: int | None = None
 
     def start(self) -> None:
         self.h2.local_settings = h2.settings.Settings(
@@ -250,6 +254,8 @@ class H2Upstream:
         response = H2Response(self, stream_id)
         self._streams[stream_id] = response
         self._waiter_of[stream_id] = waiter_id
+        if stream_id == 1 and not self.settings_received.is_set():
+            self.first_sent = waiter_id
         try:
             headers = [
                 (b":method", request.method),
@@ -460,7 +466,7 @@ class H2Upstream:
         # Closed before it is reported: the report gives the connection's budget slot back,
         # and another worker may open one at once (the cap holds at the origin only so).
         self.wire.close()
-        self.listener.lost(answered)
+        self.listener.lost(answered, first_sent=self.first_sent)
 
     def close(self) -> None:
         """Close once idle (GOAWAY drained, or the pool's idle timeout); reported through `lost`."""

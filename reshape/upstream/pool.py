@@ -60,9 +60,16 @@ from dataclasses import dataclass, field
 # sending it again: once more at most (a request that kills connections must not loop, and an
 # origin must not see it many times). Only requests that got no byte of an answer go again (RFC
 # 9110 §9.2.2): one the origin answered at all, even with garbage, never does
-# (reshape/upstream/h1.py marks it answered). A keep-alive race (the origin closed an idle
-# connection as the request left) and requests behind a response that announced its close cost
-# no attempt: they never reached the origin.
+# (reshape/upstream/h1.py marks it answered). And only where the loss says the origin did not
+# take the request up, which is Chromium's rule (HttpNetworkTransaction::ShouldResendRequest):
+# a connection that had carried requests before, was opened ahead of need, carries others
+# ahead of it, or (HTTP/2) had heard from the origin is closed by origins that no longer want
+# it (their keep-alive timeouts, request limits, a pipeline they drop); the first request on a
+# connection opened for it, lost without an answer, is most likely the cause, and has most
+# likely been processed: it fails (502), as it would in a browser. Only the driver knows which
+# request went out first (`connection_lost(first_sent=)`). A keep-alive race (the origin
+# closed an idle connection as the request left) and requests behind a response that announced
+# its close cost no attempt: they never reached the origin.
 MAX_ATTEMPTS = 2
 
 
@@ -140,7 +147,9 @@ class RejectReason(enum.Enum):
 class FailReason(enum.Enum):
     """Why a request will not complete (it may have been sent already)."""
 
-    CONNECTION_LOST = "connection_lost"  # unanswered and not idempotent: never sent twice
+    # Unanswered, and it may have been processed (not idempotent, or the first request on a
+    # connection opened for it): never sent twice.
+    CONNECTION_LOST = "connection_lost"
     RETRIES_EXHAUSTED = "retries_exhausted"  # unanswered MAX_ATTEMPTS times
     SHUTDOWN = "shutdown"
 
@@ -526,17 +535,28 @@ class HostPool:
             conn.drain(CloseReason.SERVER_CLOSED)
             for waiter_id in set(waiter_ids) & conn.in_flight.keys():
                 conn.in_flight[waiter_id].attempts -= 1
-        actions = self._take_back(conn, waiter_ids, now, never_sent=never_sent)
+        actions = self._take_back(conn, waiter_ids, now, never_sent=never_sent, unprocessed=True)
         if not conn.in_flight:
             conn.idle_since = now
         return actions + self._settle(now)
 
     def connection_lost(
-        self, conn_id: int, now: float, *, unanswered: Sequence[int], graceful: bool = False
+        self,
+        conn_id: int,
+        now: float,
+        *,
+        unanswered: Sequence[int],
+        graceful: bool = False,
+        first_sent: int | None = None,
     ) -> list[Action]:
         """The connection closed. `unanswered` got no response byte: idempotent ones go again
-        at the front of the queue, the others fail (a non-idempotent request is never sent
-        twice). The rest of what was in flight had begun its response: the driver ends it.
+        at the front of the queue, unless each was the first request on a connection opened for
+        it (see MAX_ATTEMPTS); the others fail (a request the origin may have processed is never
+        sent twice). The rest of what was in flight had begun its response: the driver ends it.
+
+        `first_sent`: the request that went out first on it, which only the driver knows (the
+        order on the wire can differ from the order of assignment); if the connection was opened
+        for requests (not ahead of need) and it is unanswered, it is the one not sent again.
 
         `graceful`: the origin announced the close (`Connection: close` on its last response),
         or the driver closed it for a client that abandoned its response, so requests pipelined
@@ -557,7 +577,10 @@ class HostPool:
                 conn.in_flight[waiter_id].attempts -= 1
         elif conn.proto is Proto.H1 and len(conn.in_flight) >= 2 and lost:
             self.pipelining_broken = True
-        actions = self._take_back(conn, lost, now)
+        unproven = None if conn.warm_idle_timeout is not None else first_sent
+        actions = self._take_back(
+            conn, lost, now, unprocessed=graceful or keep_alive_race, unproven=unproven
+        )
         for waiter_id in conn.in_flight:
             del self._assigned[waiter_id]
         return actions + self._settle(now)
@@ -852,11 +875,20 @@ class HostPool:
         return actions + self._settle(now)
 
     def _take_back(
-        self, conn: _Connection, waiter_ids: Iterable[int], now: float, *, never_sent: bool = False
+        self,
+        conn: _Connection,
+        waiter_ids: Iterable[int],
+        now: float,
+        *,
+        never_sent: bool = False,
+        unprocessed: bool = False,
+        unproven: int | None = None,
     ) -> list[Action]:
         """Requests on `conn` that got no response: idempotent ones go again (in the order they
-        were sent, which is their queue order), others fail unless they were `never_sent`. Ids
-        not in flight on it are ignored."""
+        were assigned, which is their queue order) unless one is `unproven`, the first request
+        on a connection opened for it (see MAX_ATTEMPTS), and the origin did not say it was
+        `unprocessed`; others fail unless they were `never_sent`. Ids not in flight on it are
+        ignored."""
         actions: list[Action] = []
         again: list[_Waiter] = []
         named = set(waiter_ids)
@@ -865,7 +897,9 @@ class HostPool:
             del conn.in_flight[waiter_id]
             conn.ended()
             del self._assigned[waiter_id]
-            if not waiter.idempotent and not never_sent:
+            if not never_sent and (
+                not waiter.idempotent or (waiter_id == unproven and not unprocessed)
+            ):
                 actions.append(Fail(waiter_id, FailReason.CONNECTION_LOST))
             elif waiter.attempts >= MAX_ATTEMPTS:
                 actions.append(Fail(waiter_id, FailReason.RETRIES_EXHAUSTED))

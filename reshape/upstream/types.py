@@ -148,12 +148,17 @@ class ConnectionListener(Protocol):
     def goaway(self) -> None:
         """HTTP/2: the server takes no new streams on this connection."""
 
-    def lost(self, answered: list[int], *, graceful: bool = False) -> None:
+    def lost(
+        self, answered: list[int], *, graceful: bool = False, first_sent: int | None = None
+    ) -> None:
         """The connection is gone, reported exactly once. `answered`: requests whose response had
         begun (they end with an error); every other request assigned to it got no byte.
         `graceful`: the close is no fault of the origin's: it announced it (Connection: close),
         or a client abandoned its response; requests pipelined behind go again without counting
-        an attempt or marking the origin as one that breaks pipelines."""
+        an attempt or marking the origin as one that breaks pipelines. `first_sent`: the request
+        that went out first, before the origin had sent anything (HTTP/1.1: the first request;
+        HTTP/2: a stream opened before the origin's SETTINGS): if it went unanswered it most
+        likely reached the origin, and is not sent again."""
 
 
 def end_to_end(headers: Headers) -> Headers:

@@ -36,11 +36,12 @@ from reshape.upstream.pool import (
 
 KEY = PoolKey("http", "origin.test", 80, None)
 HTTPS_KEY = PoolKey("https", "origin.test", 443, "origin.test")
-NEW, REUSED, PIPELINED, MULTIPLEXED = (
+NEW, REUSED, PIPELINED, MULTIPLEXED, PRECONNECTED = (
     AssignKind.NEW,
     AssignKind.REUSED,
     AssignKind.PIPELINED,
     AssignKind.MULTIPLEXED,
+    AssignKind.PRECONNECTED,
 )
 H1, H2 = Proto.H1, Proto.H2
 
@@ -521,14 +522,56 @@ def test_a_non_idempotent_request_that_never_left_goes_again() -> None:
 
 
 def test_a_request_fails_after_max_attempts() -> None:
-    pool = make()
-    pool.request(1, 0.0, idempotent=True)
-    for attempt in range(1, MAX_ATTEMPTS):
-        pool.connection_ready(attempt, H1, 0.0)
-        assert pool.connection_lost(attempt, 0.0, unanswered=[1]) == [Retry(1), Open(attempt + 1)]
-    pool.connection_ready(MAX_ATTEMPTS, H1, 0.0)
-    assert pool.connection_lost(MAX_ATTEMPTS, 0.0, unanswered=[1]) == [
+    # Warm connections: each one the request finds lost was proven (opened ahead of need), so
+    # the loss alone sends it again, until it has been sent MAX_ATTEMPTS times.
+    pool = make(max_connections=MAX_ATTEMPTS)
+    pool.preconnect(MAX_ATTEMPTS, 0.0, idle_timeout=5.0)
+    for conn_id in range(1, MAX_ATTEMPTS + 1):
+        pool.connection_ready(conn_id, H1, 0.0)
+    assert pool.request(1, 0.0, idempotent=True) == [Assign(1, MAX_ATTEMPTS, PRECONNECTED, 0.0)]
+    for conn_id in range(MAX_ATTEMPTS, 1, -1):
+        assert pool.connection_lost(conn_id, 1.0, unanswered=[1], first_sent=1) == [
+            Retry(1),
+            Assign(1, conn_id - 1, PRECONNECTED, 0.0),
+        ]
+    assert pool.connection_lost(1, 2.0, unanswered=[1], first_sent=1) == [
         Fail(1, FailReason.RETRIES_EXHAUSTED)
+    ]
+
+
+def test_the_first_request_on_a_new_connection_lost_unanswered_is_not_sent_again() -> None:
+    # Chromium's rule: it most likely reached the origin (and perhaps broke the connection);
+    # the requests pipelined behind it were not yet the origin's to process, and go again.
+    pool = make(max_connections=1, pipeline_depth=3)
+    assert pool.request(1, 0.0, idempotent=True) == [Open(1)]
+    assert pool.connection_ready(1, H1, 0.0) == [Assign(1, 1, NEW, 0.0)]
+    assert pool.request(2, 0.0, idempotent=True) == [Assign(2, 1, PIPELINED, 0.0)]
+    assert pool.connection_lost(1, 1.0, unanswered=[1, 2], first_sent=1) == [
+        Fail(1, FailReason.CONNECTION_LOST),
+        Retry(2),
+        Open(2),
+    ]
+    # On a reused connection the same loss sends it again (RFC 9112 §9.3.1).
+    pool = make(max_connections=1, pipeline_depth=3)
+    pool.request(1, 0.0, idempotent=True)
+    assert pool.connection_ready(1, H1, 0.0) == [Assign(1, 1, NEW, 0.0)]
+    assert pool.request_done(1, 1, 1.0, reusable=True) == []
+    assert pool.request(2, 1.0, idempotent=True) == [Assign(2, 1, REUSED, 0.0)]
+    assert pool.request(3, 1.0, idempotent=True) == [Assign(3, 1, PIPELINED, 0.0)]
+    assert pool.connection_lost(1, 2.0, unanswered=[2, 3], first_sent=1) == [
+        Retry(2),
+        Retry(3),
+        Open(2),
+    ]
+    # The driver names the first request on the wire, which need not be the first assigned.
+    pool = make(max_connections=1, pipeline_depth=3)
+    pool.request(1, 0.0, idempotent=True)
+    assert pool.connection_ready(1, H1, 0.0) == [Assign(1, 1, NEW, 0.0)]
+    assert pool.request(2, 0.0, idempotent=True) == [Assign(2, 1, PIPELINED, 0.0)]
+    assert pool.connection_lost(1, 1.0, unanswered=[1, 2], first_sent=2) == [
+        Retry(1),
+        Fail(2, FailReason.CONNECTION_LOST),
+        Open(2),
     ]
 
 
@@ -930,6 +973,8 @@ class PoolMachine(RuleBasedStateMachine):
         *,
         unanswered: list[int] | None = None,
         never_sent: bool = False,
+        unprocessed: bool = False,
+        unproven: int | None = None,
         new_waiter: int | None = None,
     ) -> None:
         """Check each action against the model as it stands, then apply it."""
@@ -1017,7 +1062,10 @@ class PoolMachine(RuleBasedStateMachine):
             elif isinstance(action, Retry):
                 waiter = self.waiters[action.waiter_id]
                 assert action.waiter_id in pending and waiter.status == "unanswered"
-                assert (waiter.idempotent or never_sent) and waiter.attempts < MAX_ATTEMPTS
+                assert never_sent or (
+                    waiter.idempotent and (unprocessed or action.waiter_id != unproven)
+                )
+                assert waiter.attempts < MAX_ATTEMPTS
                 pending.remove(action.waiter_id)
                 self.queue.insert(front, action.waiter_id)
                 front += 1
@@ -1040,7 +1088,9 @@ class PoolMachine(RuleBasedStateMachine):
                 else:
                     assert action.waiter_id in pending and waiter.status == "unanswered"
                     pending.remove(action.waiter_id)
-                    if waiter.idempotent or never_sent:
+                    if never_sent or (
+                        waiter.idempotent and (unprocessed or action.waiter_id != unproven)
+                    ):
                         assert action.reason is FailReason.RETRIES_EXHAUSTED
                         assert waiter.attempts >= MAX_ATTEMPTS
                     else:
@@ -1153,11 +1203,24 @@ class PoolMachine(RuleBasedStateMachine):
             self.broken = True
         for w in conn.in_flight:
             self.waiters[w].status = "unanswered" if w in unanswered else "final"
+        # The first request on the wire (the driver knows; the model has no warm connections):
+        # one in flight, one done or unknown, or none.
+        first_sent = data.draw(st.sampled_from([*conn.in_flight, UNKNOWN, None]))
         # The driver may name a request it does not know any more: ignored.
         actions = self.pool.connection_lost(
-            conn_id, self.now, unanswered=[*unanswered, UNKNOWN], graceful=graceful
+            conn_id,
+            self.now,
+            unanswered=[*unanswered, UNKNOWN],
+            graceful=graceful,
+            first_sent=first_sent,
         )
-        self.play(actions, "connection_lost", unanswered=unanswered)
+        self.play(
+            actions,
+            "connection_lost",
+            unanswered=unanswered,
+            unprocessed=graceful or keep_alive_race,
+            unproven=first_sent,
+        )
 
     @precondition(lambda self: any(self.conns[c].in_flight for c in self.ready_conns()))
     @rule(data=st.data(), never_sent=st.booleans())
@@ -1179,7 +1242,13 @@ class PoolMachine(RuleBasedStateMachine):
         actions = self.pool.requests_unanswered(
             conn_id, unanswered, self.now, never_sent=never_sent
         )
-        self.play(actions, "requests_unanswered", unanswered=unanswered, never_sent=never_sent)
+        self.play(
+            actions,
+            "requests_unanswered",
+            unanswered=unanswered,
+            never_sent=never_sent,
+            unprocessed=True,
+        )
 
     @precondition(lambda self: self.ready_conns())
     @rule(data=st.data())
