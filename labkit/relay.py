@@ -37,6 +37,8 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from reshape.base.unread_bytes import unread_bytes
+
 _READ_SIZE = 64 * 1024
 
 
@@ -153,7 +155,7 @@ class Relay:
             if link.connect_delay:
                 await asyncio.sleep(link.connect_delay)
             try:
-                target_reader, target_writer = await asyncio.open_connection(*self.target)
+                target_reader, target_writer = await open_connection(*self.target)
             except OSError:
                 return
             self.stats.opened()
@@ -249,6 +251,42 @@ class Relay:
                 next_free = time.monotonic()
             writer.write(data)
             await writer.drain()
+
+
+class _ReadsToTheEnd(asyncio.StreamReaderProtocol):
+    """A stream that delivers everything its peer sent before a reset, as a real link would:
+    what the stream had read but not handed out yet (asyncio's StreamReader raises the error
+    before it), and what was still in the kernel when a write met the reset first
+    (reshape/base/unread_bytes.py). Without this, an origin that answers pipelined requests and
+    then resets the connection as the next ones arrive lost its answers in the relay. The
+    stream then ends as if closed: the relay ends every connection with a FIN, whatever the
+    cause."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        super().__init__(reader)
+        self._reader = reader
+        self._transport_seen: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport_seen = transport
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            for data in unread_bytes(self._transport_seen):
+                self._reader.feed_data(data)
+        super().connection_lost(None)
+
+
+async def open_connection(
+    host: str, port: int
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """asyncio.open_connection, with a stream that reads to the end (`_ReadsToTheEnd`)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    protocol = _ReadsToTheEnd(reader)
+    transport, _ = await loop.create_connection(lambda: protocol, host, port)
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
 
 
 async def chunks(

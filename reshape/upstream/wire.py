@@ -15,6 +15,7 @@ import time
 import typing
 from collections.abc import Callable
 
+from reshape.base.unread_bytes import unread_bytes
 from reshape.upstream.observer import EngineObserver
 from reshape.upstream.tls import TlsClient, TlsError
 from reshape.upstream.types import RecordSizer
@@ -174,31 +175,13 @@ class Wire(asyncio.Protocol):
         self._notify_close()
 
     def _read_what_arrived(self) -> None:
-        """Deliver what the peer sent before the connection broke and nobody read yet.
-
-        asyncio closes a transport whose write failed without reading on: an origin that
-        answers pipelined requests, then resets the connection as the next ones arrive, has its
-        answers in our kernel buffer still (Linux keeps them readable after a reset), and
-        without them those requests would count as unanswered and be sent again. The socket is
-        still open here (asyncio closes it after this callback); a duplicate of it is read
-        without blocking until it has nothing more."""
-        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
-        if sock is None:
-            return
-        try:
-            dup = sock.dup()
-        except OSError:
-            return
-        with dup:
-            dup.setblocking(False)
-            while self._error is None:
-                try:
-                    data = dup.recv(256 * 1024)
-                except OSError:  # nothing more for now, or the reset itself
-                    return
-                if not data:
-                    return
-                self.data_received(data)
+        """Deliver what the origin sent before the connection broke and nobody read yet
+        (reshape/base/unread_bytes.py): answers to requests that would otherwise count as
+        unanswered and be sent again."""
+        for data in unread_bytes(self.transport):
+            self.data_received(data)
+            if self._error is not None:
+                return
 
     def pause_writing(self) -> None:
         self._writable.clear()
