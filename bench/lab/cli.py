@@ -179,6 +179,12 @@ def main(argv: Sequence[str]) -> int:
             print(f"    full: {_count(full)}; --quick: {_count(quick)}")
         return 0
     runs.unwind_on_sigterm()
+    if args.command == "run" and args.workdir is not None and _not_empty(args.workdir):
+        say(
+            f"FAILED: --workdir {args.workdir} is not empty: the lab puts origins' roots and "
+            "proxies' files there; give a new or an empty directory"
+        )
+        return 2
     if args.command == "report":
         return _publish(Run.from_json(json.loads(args.json.read_text())), args)
     try:
@@ -324,6 +330,10 @@ def _count(chosen: Experiment) -> str:
         f"{len(chosen.links)} links ({per_rep} page settings, each under every configuration), "
         f"{chosen.reps} repetitions"
     )
+
+
+def _not_empty(path: Path) -> bool:
+    return path.is_dir() and any(path.iterdir()) or path.exists() and not path.is_dir()
 
 
 @contextlib.contextmanager

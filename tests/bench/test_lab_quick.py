@@ -221,3 +221,24 @@ def test_quick_booster_sweeps_reshapes_cap(tmp_path: Path) -> None:
     for cap in (1, 6, 12):
         assert 1 <= by_config[f"cap-{cap}"]["origin_peak_per_host"] <= cap
     assert "rule N = R/2" in stdout
+
+
+def test_a_used_workdir_is_refused_with_a_message(tmp_path: Path) -> None:
+    (tmp_path / "proxies").mkdir()
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.lab",
+            "run",
+            "gateway",
+            "--quick",
+            "--workdir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2, run.stderr
+    assert "is not empty" in run.stderr and "Traceback" not in run.stderr
