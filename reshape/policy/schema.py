@@ -38,6 +38,15 @@ class UpstreamKnobs:
         minimum=1,
         maximum=1000,
     )
+    max_connections_per_client: int = knob(
+        0,
+        doc="0: max_connections_per_host is the cap for all clients together. n: a connection "
+        "to an origin opens only while there are fewer than n per client (client address) with "
+        "requests for it, as each browser would on its own, within max_connections_per_host; "
+        "idle connections are shared all the same. Policies without `upstream:` have 6.",
+        minimum=0,
+        maximum=1000,
+    )
     max_queue: int = knob(
         1000,
         doc="Requests that may wait for a connection per origin; beyond it: 503.",

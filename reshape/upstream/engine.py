@@ -116,6 +116,8 @@ class Route:
     # HTTP/1.1 pipelining: how long requests behind a response wait while it makes no progress
     # before they go again elsewhere.
     pipeline_stall_timeout: float = 2.0
+    # Who asks, for a cap per client (PoolLimits.per_client): not part of the pool's identity.
+    client: str | None = None
 
     @property
     def pool_id(self) -> PoolId:
@@ -324,7 +326,12 @@ class Engine:
         # way, `_release` makes sure the pool does not count the request in flight for ever.
         taken: int | None = None
         try:
-            self.run(pool, pool.request(waiter.id, started, idempotent=request.idempotent))
+            self.run(
+                pool,
+                pool.request(
+                    waiter.id, started, idempotent=request.idempotent, client=route.client
+                ),
+            )
             if first_sight and self.first_sight is not None:
                 # After the request is queued, so that the connection it opens is not warm.
                 wanted = self.first_sight(route)

@@ -113,6 +113,11 @@ class PoolLimits:
     idle_timeout: float  # > 0 seconds an idle connection is kept (may be math.inf)
     pipeline_depth: int  # 0 = off; else max requests in flight on one HTTP/1.1 connection
     http2: bool  # whether h2 may be negotiated (the driver offers ALPN accordingly)
+    # 0: `max_connections` is the cap for all clients together. n > 0: a connection opens only
+    # while the pool holds fewer than n per client with requests here (queued or in flight), as
+    # each browser would on its own; `max_connections` stays the most in all. Idle connections
+    # are everyone's and stay (until their idle timeout) when clients leave.
+    per_client: int = 0
 
     def __post_init__(self) -> None:
         if self.max_connections < 1:
@@ -128,6 +133,8 @@ class PoolLimits:
             raise ValueError(f"idle_timeout must be positive, not {self.idle_timeout}")
         if self.pipeline_depth < 0:
             raise ValueError(f"pipeline_depth must not be negative, not {self.pipeline_depth}")
+        if self.per_client < 0:
+            raise ValueError(f"per_client must not be negative, not {self.per_client}")
 
 
 class Proto(enum.Enum):
@@ -281,6 +288,7 @@ class _Waiter:
     # which makes the old entry stale.
     token: int
     attempts: int = 0  # Assigns so far
+    client: object = None  # who asked (PoolLimits.per_client); None: a client of its own
 
 
 @dataclass(eq=False)
@@ -389,6 +397,24 @@ class HostPool:
             return self._limits.max_connections
         return min(self._ceiling, self._limits.max_connections)
 
+    def _opening_cap(self) -> int:
+        """How many connections the pool may hold before it opens another: the cap in force,
+        or, with `per_client`, that many per client with requests here, whichever is lower."""
+        cap = self.max_connections
+        per_client = self._limits.per_client
+        if not per_client:
+            return cap
+        clients: set[object] = set()
+        anonymous = 0
+        for waiter in itertools.chain(
+            self._queue.values(), *(c.in_flight.values() for c in self._conns.values())
+        ):
+            if waiter.client is None:
+                anonymous += 1
+            else:
+                clients.add(waiter.client)
+        return min(cap, per_client * max(1, len(clients) + anonymous))
+
     @property
     def queued(self) -> int:
         return len(self._queue)
@@ -440,13 +466,18 @@ class HostPool:
 
     # events
 
-    def request(self, waiter_id: int, now: float, *, idempotent: bool) -> list[Action]:
-        """A request for this destination; `waiter_id` must not be waiting or in flight."""
+    def request(
+        self, waiter_id: int, now: float, *, idempotent: bool, client: object = None
+    ) -> list[Action]:
+        """A request for this destination; `waiter_id` must not be waiting or in flight.
+        `client`: who asks, for a `per_client` cap (any hashable; None counts as a client of
+        its own)."""
         if self._closed:
             return [Fail(waiter_id, FailReason.SHUTDOWN)]
         if waiter_id in self._queue or waiter_id in self._assigned:
             raise ValueError(f"waiter {waiter_id} is already waiting or in flight")
-        self._enqueue([_Waiter(waiter_id, idempotent, now, next(self._tokens))], now, front=False)
+        waiter = _Waiter(waiter_id, idempotent, now, next(self._tokens), client=client)
+        self._enqueue([waiter], now, front=False)
         actions = self._settle(now)
         if waiter_id in self._queue and len(self._queue) > self._admissible_queue():
             # Settling cannot have acted on this request's account: an Open or a pipelined
@@ -474,7 +505,7 @@ class HostPool:
         else:
             spare = sum(1 for c in usable if c.state is ConnState.CONNECTING or c.idle)
             missing = count - max(0, spare - len(self._queue))
-        room = self.max_connections - len(self._conns)
+        room = self._opening_cap() - len(self._conns)
         actions: list[Action] = []
         for _ in range(max(0, min(missing, room))):
             conn = _Connection(next(self._conn_ids), warm_idle_timeout=idle_timeout)
@@ -777,7 +808,7 @@ class HostPool:
     def _plan_for_waiters(self, now: float) -> list[Action]:
         """Rules 3 and 4 for a queue that no free connection can serve."""
         connecting = self._connecting_count()
-        room = max(0, self.max_connections - len(self._conns))
+        room = max(0, self._opening_cap() - len(self._conns))
         # A live h2 connection whose streams are all busy is waited for, not added to: clients
         # should hold one h2 connection per origin (RFC 9113 section 9.1), and its streams free
         # up as responses end.

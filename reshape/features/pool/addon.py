@@ -35,6 +35,7 @@ class PoolRouting:
         policy_name: str,
         arm: str,
         client: str | None = None,
+        client_address: str | None = None,
     ) -> Route:
         return route(
             destination,
@@ -42,6 +43,7 @@ class PoolRouting:
             policy_name,
             arm,
             client=client,
+            client_address=client_address,
             defaults=self.defaults,
             own=self.own,
         )
@@ -60,4 +62,5 @@ class PoolRouting:
             selection.policy_name,
             selection.arm,
             client=flow.client_conn.id,
+            client_address=flow.client_conn.peername[0] if flow.client_conn.peername else None,
         )

@@ -2,8 +2,8 @@
 
 Sans-IO: from a destination (scheme, host, port, TLS name) and the policy a request runs under,
 the engine's `Route`. A policy without an `upstream:` section gets the pool with the limits a
-browser keeps for itself (`UpstreamKnobs()`'s defaults: 6 connections per origin, HTTP/2 where
-offered, no pipelining).
+browser keeps for itself, per client (`BROWSER_LIKE`: 6 connections per origin and client, HTTP/2
+where offered, no pipelining).
 """
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ from reshape.policy.schema import Policy, UpstreamKnobs
 from reshape.upstream.engine import Route
 from reshape.upstream.pool import PoolKey, PoolLimits
 
-BROWSER_LIKE = UpstreamKnobs()
+# The knobs of a policy without `upstream:`: each client as a browser on its own (6 connections
+# per origin, no pipelining), sharing the idle connections, at most 256 per origin in all (as
+# Chromium's 256 sockets per profile).
+BROWSER_LIKE = UpstreamKnobs(max_connections_per_host=256, max_connections_per_client=6)
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ def limits_of(knobs: UpstreamKnobs) -> PoolLimits:
         idle_timeout=knobs.idle_timeout,
         pipeline_depth=knobs.pipeline_depth,
         http2=knobs.http2,
+        per_client=knobs.max_connections_per_client,
     )
 
 
@@ -75,10 +79,12 @@ def route(
     arm: str,
     *,
     client: str | None = None,
+    client_address: str | None = None,
     defaults: UpstreamKnobs = BROWSER_LIKE,
     own: OwnAddressBook | None = None,
 ) -> Route:
-    """The route of a request from the client connection `client` (its id), under `policy`;
+    """The route of a request from the client connection `client` (its id) at
+    `client_address` (who counts as one client for `max_connections_per_client`), under `policy`;
     `defaults` are the knobs of a policy without `upstream:`; `own`, the proxy's addresses,
     which its connections never reach (None: no check of the connected peer)."""
     knobs = knobs_of(policy, defaults)
@@ -95,6 +101,7 @@ def route(
         peer_check=PeerRules(policy.destinations, own) if own is not None else None,
         records=SizedRecords(records) if sized and records is not None else None,
         owner=None if knobs.share else client,
+        client=client_address if knobs.max_connections_per_client else None,
     )
 
 

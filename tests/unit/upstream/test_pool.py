@@ -1474,3 +1474,45 @@ class PoolMachine(RuleBasedStateMachine):
 
 PoolMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=50, deadline=None)
 TestPoolMachine = PoolMachine.TestCase
+
+
+# -- a cap per client (policies without `upstream:`)
+
+
+def test_per_client_opens_each_clients_share_within_the_cap() -> None:
+    pool = make(max_connections=5, per_client=2)
+    assert pool.request(1, 0.0, idempotent=True, client="a") == [Open(1)]
+    assert pool.request(2, 0.0, idempotent=True, client="a") == [Open(2)]
+    assert pool.request(3, 0.0, idempotent=True, client="a") == []  # a's two are opening
+    # Client b brings room for two more: one for a's waiting request, one for its own.
+    assert pool.request(4, 0.0, idempotent=True, client="b") == [Open(3), Open(4)]
+    assert pool.request(5, 0.0, idempotent=True, client="b") == []
+    # Client c: one more, and no further than max_connections.
+    assert pool.request(6, 0.0, idempotent=True, client="c") == [Open(5)]
+    assert pool.request(7, 0.0, idempotent=True, client="c") == []
+    assert pool.active_connections == 5
+
+
+def test_per_client_idle_connections_stay_and_serve_anyone() -> None:
+    pool = make(max_connections=5, per_client=2)
+    for waiter, client in ((1, "a"), (2, "a"), (3, "b"), (4, "b")):
+        pool.request(waiter, 0.0, idempotent=True, client=client)
+    for conn_id in range(1, 5):
+        pool.connection_ready(conn_id, H1, 0.0)
+    for conn_id, waiter in zip(range(1, 5), range(1, 5), strict=True):
+        assert pool.request_done(conn_id, waiter, 1.0, reusable=True) == []
+    # Nobody has requests now: the four idle connections stay (a warm pool), and one client's
+    # requests take them all, though it could not have opened more than two.
+    assert pool.active_connections == 4
+    assigned = [pool.request(10 + n, 2.0, idempotent=True, client="c") for n in range(5)]
+    assert [a for actions in assigned for a in actions if isinstance(a, Assign)] == [
+        Assign(10 + n, conn_id, REUSED, 0.0) for n, conn_id in enumerate((4, 3, 2, 1))
+    ]
+    assert assigned[4] == []  # 4 connections held, 2 for its one client: it waits
+
+
+def test_without_per_client_the_cap_is_everyones() -> None:
+    pool = make(max_connections=2)
+    assert pool.request(1, 0.0, idempotent=True, client="a") == [Open(1)]
+    assert pool.request(2, 0.0, idempotent=True, client="b") == [Open(2)]
+    assert pool.request(3, 0.0, idempotent=True, client="c") == []
