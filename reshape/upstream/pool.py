@@ -72,17 +72,6 @@ from dataclasses import dataclass, field
 # its close cost no attempt: they never reached the origin.
 MAX_ATTEMPTS = 2
 
-# An origin that loses a pipeline without warning (its connection closes with requests pipelined
-# on it unanswered, and no response said `Connection: close`) this many times within
-# PIPELINE_LOSS_WINDOW seconds is no longer pipelined to. Once is not enough: a server that
-# closes at its request limit (nginx's keepalive_requests) closes at once when the next
-# pipelined request has not reached it yet, and that request's arrival resets the connection,
-# which can destroy the response that announced the close (seen in about 1 of 20 runs of
-# test_pipelining_carries_most_requests_and_survives_early_closes). Responses out of order or
-# garbled (`pipelining_failed`) stop pipelining at once.
-PIPELINE_LOSSES = 2
-PIPELINE_LOSS_WINDOW = 600.0
-
 
 @dataclass(frozen=True)
 class PoolKey:
@@ -367,8 +356,7 @@ class HostPool:
         self._limits = limits
         self.known_h2 = False  # the last connection that came up spoke h2
         self.learned_proto = False  # a connection has come up, so known_h2 means something
-        self.pipelining_broken = False  # sticky: this origin mangled pipelines
-        self._pipeline_losses: list[float] = []  # when, within PIPELINE_LOSS_WINDOW
+        self.pipelining_broken = False  # sticky: this origin mangled a pipeline once
         # (budget) While other workers wait for slots of the cap they share with this pool: a
         # cap below the limits' (set_ceiling), and connections to close once idle a while (lend).
         self._ceiling: int | None = None
@@ -619,7 +607,7 @@ class HostPool:
             for waiter_id in lost:
                 conn.in_flight[waiter_id].attempts -= 1
         elif conn.proto is Proto.H1 and len(conn.in_flight) >= 2 and lost:
-            self._pipeline_lost(now)
+            self.pipelining_broken = True
         unproven = None if conn.warm_idle_timeout is not None else first_sent
         actions = self._take_back(
             conn, lost, now, unprocessed=graceful or keep_alive_race, unproven=unproven
@@ -639,12 +627,6 @@ class HostPool:
         else:
             del self._conns[conn_id]
         return self._settle(now)
-
-    def _pipeline_lost(self, now: float) -> None:
-        recent = [t for t in self._pipeline_losses if now - t < PIPELINE_LOSS_WINDOW]
-        self._pipeline_losses = [*recent, now]
-        if len(self._pipeline_losses) >= PIPELINE_LOSSES:
-            self.pipelining_broken = True
 
     def pipelining_failed(self, now: float) -> list[Action]:
         """Responses on a pipeline came out of order or garbled: never pipeline here again."""

@@ -17,8 +17,6 @@ from hypothesis.stateful import (
 
 from reshape.upstream.pool import (
     MAX_ATTEMPTS,
-    PIPELINE_LOSS_WINDOW,
-    PIPELINE_LOSSES,
     Action,
     Assign,
     AssignKind,
@@ -361,33 +359,16 @@ def test_with_one_connection_a_non_idempotent_waiter_blocks_pipelining_behind_it
     assert pool.request_done(1, 1, 2.0, reusable=True) == [Assign(2, 1, REUSED, 2.0)]
 
 
-def lose_a_pipeline(pool: HostPool, conn_id: int, waiter_id: int, now: float) -> None:
-    """Connection `conn_id`, ready and idle, carries waiter 100 + waiter_id with `waiter_id`
-    pipelined behind it; it closes without warning after answering the first."""
-    pool.request(100 + waiter_id, now, idempotent=True)
-    pool.request(waiter_id, now, idempotent=True)
-    assert pool.connection_lost(conn_id, now, unanswered=[waiter_id]) == [
-        Retry(waiter_id),
-        Open(conn_id + 1),
-    ]
-    assert pool.connection_ready(conn_id + 1, H1, now) == [Assign(waiter_id, conn_id + 1, NEW, 0)]
-    pool.request_done(conn_id + 1, waiter_id, now, reusable=True)
-
-
-def test_losing_pipelines_twice_within_the_window_marks_the_origin_broken_for_good() -> None:
-    pool = make(max_connections=1, pipeline_depth=3, idle_timeout=math.inf)
-    pool.request(100, 0.0, idempotent=True)
-    pool.connection_ready(1, H1, 0.0)
-    pool.request_done(1, 100, 0.0, reusable=True)
-    lose_a_pipeline(pool, 1, 1, 1.0)
-    assert not pool.pipelining_broken  # once: a server's close at its request limit can do it
-    lose_a_pipeline(pool, 2, 2, 1.0 + PIPELINE_LOSS_WINDOW)  # the first one has expired
-    assert not pool.pipelining_broken
-    lose_a_pipeline(pool, 3, 3, 2.0 + PIPELINE_LOSS_WINDOW)
+def test_losing_a_pipeline_marks_the_origin_broken_for_good() -> None:
+    pool = make(pipeline_depth=3)
+    busy_h1(pool, 1)
+    pool.request(1, 0.0, idempotent=True)
+    assert pool.connection_lost(1, 1.0, unanswered=[1]) == [Retry(1), Open(2)]
     assert pool.pipelining_broken
-    assert pool.request(4, 3000.0, idempotent=True) == [Assign(4, 4, REUSED, 0.0)]
-    assert pool.request(5, 3000.0, idempotent=True) == []  # not pipelined: it waits
-    assert pool.request_done(4, 4, 3001.0, reusable=True) == [Assign(5, 4, REUSED, 1.0)]
+    pool.connection_ready(2, H1, 1.0)
+    assert pool.request(2, 1.0, idempotent=True) == []
+    assert pool.request_done(2, 1, 2.0, reusable=True) == [Assign(2, 2, REUSED, 1.0)]
+    pool.request_done(2, 2, 2.0, reusable=True)
     assert pool.pipelining_broken
 
 
@@ -509,12 +490,9 @@ def test_unanswered_idempotent_requests_go_again_first_in_their_order() -> None:
     assert pool.request(4, 0.0, idempotent=True) == []  # depth 4 reached: waits
     assert pool.connection_lost(1, 1.0, unanswered=[2, 1]) == [Retry(1), Retry(2), Open(2)]
     assert pool.in_flight == 0  # 101 and 3 had begun their responses: the driver ends them
-    # One unannounced loss does not stop pipelining (see PIPELINE_LOSSES).
-    assert pool.connection_ready(2, H1, 2.0) == [
-        Assign(1, 2, NEW, 1.0),
-        Assign(2, 2, PIPELINED, 1.0),
-        Assign(4, 2, PIPELINED, 2.0),
-    ]
+    assert pool.connection_ready(2, H1, 2.0) == [Assign(1, 2, NEW, 1.0)]
+    assert pool.request_done(2, 1, 3.0, reusable=True) == [Assign(2, 2, REUSED, 2.0)]
+    assert pool.request_done(2, 2, 3.0, reusable=True) == [Assign(4, 2, REUSED, 3.0)]
 
 
 def test_an_unanswered_non_idempotent_request_fails_and_is_never_sent_again() -> None:
@@ -882,17 +860,9 @@ def test_an_announced_close_is_no_broken_pipeline_and_costs_no_attempt() -> None
     assert not pool.pipelining_broken
 
 
-def test_unannounced_closes_break_pipelining_for_good() -> None:
+def test_an_unannounced_close_breaks_pipelining_for_good() -> None:
     pool = pipelined_pool()
     pool.connection_lost(1, 0.2, unanswered=[2, 3, 4])
-    assert not pool.pipelining_broken
-    assigned = pool.connection_ready(2, H1, 0.3)
-    assert [(a.waiter_id, a.kind) for a in assigned if isinstance(a, Assign)] == [
-        (2, NEW),
-        (3, PIPELINED),
-        (4, PIPELINED),
-    ]
-    pool.connection_lost(2, 0.4, unanswered=[3, 4])
     assert pool.pipelining_broken
 
 
@@ -946,7 +916,6 @@ class PoolMachine(RuleBasedStateMachine):
         self.last_waiter = 0
         self.last_conn = 0
         self.broken = False
-        self.pipeline_losses: list[float] = []  # unannounced, within PIPELINE_LOSS_WINDOW
         self.known_h2 = False
         self.learned_proto = False
         self.assignments = 0
@@ -1231,9 +1200,7 @@ class PoolMachine(RuleBasedStateMachine):
             for w in unanswered:
                 self.waiters[w].attempts -= 1
         elif conn.proto is H1 and len(conn.in_flight) >= 2 and unanswered:
-            recent = [t for t in self.pipeline_losses if self.now - t < PIPELINE_LOSS_WINDOW]
-            self.pipeline_losses = [*recent, self.now]
-            self.broken |= len(self.pipeline_losses) >= PIPELINE_LOSSES
+            self.broken = True
         for w in conn.in_flight:
             self.waiters[w].status = "unanswered" if w in unanswered else "final"
         # The first request on the wire (the driver knows; the model has no warm connections):
