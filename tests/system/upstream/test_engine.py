@@ -140,12 +140,12 @@ def test_pipelining_carries_most_requests_and_survives_early_closes(
     total = BROWSERS * RESOURCES
     pipelined = proxy.metric("reshape_upstream_requests_total", connection="pipelined")
     assert proxy.metric("reshape_requests_total", outcome="ok") == total
-    # Every response arrived intact (browsers() checked the bytes); the origin answered each
-    # request once, or — when nginx's close cut a response off before a byte of it reached the
-    # proxy (an idempotent GET with no byte of answer goes again) — once more, never more often
-    # than the retries the proxy counted. (1 run in 5 on a quiet 2-core machine: 601 of 600.)
+    # Every response arrived intact (browsers() checked the bytes), and the origin answered each
+    # request once: the requests pipelined behind an announced close go again, but nginx never
+    # read them (it lingers on close, labkit/origins.py, and neither the relay nor the proxy
+    # drops an answer that reached it: tests/system/labkit/test_relay.py, test_wire.py).
     retries = proxy.metric("reshape_upstream_retries_total")
-    assert total <= len(served) <= total + retries
+    assert len(served) == total
     assert relay.stats.max_open <= 2
     assert pipelined / total >= 0.5, proxy.metrics()
     assert retries > 0
