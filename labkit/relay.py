@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from reshape.base.unread_bytes import unread_bytes
 
 _READ_SIZE = 64 * 1024
+# What a broken connection may still deliver (a socket's receive buffer is smaller).
+_UNREAD_LIMIT = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -273,7 +275,7 @@ class _ReadsToTheEnd(asyncio.StreamReaderProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if exc is not None:
-            for data in unread_bytes(self._transport_seen):
+            for data in unread_bytes(self._transport_seen, _UNREAD_LIMIT):
                 self._reader.feed_data(data)
         super().connection_lost(None)
 

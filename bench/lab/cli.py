@@ -181,8 +181,8 @@ def main(argv: Sequence[str]) -> int:
     runs.unwind_on_sigterm()
     if args.command == "run" and args.workdir is not None and _not_empty(args.workdir):
         say(
-            f"FAILED: --workdir {args.workdir} is not empty: the lab puts origins' roots and "
-            "proxies' files there; give a new or an empty directory"
+            f"FAILED: --workdir {args.workdir} is not an empty directory: the lab puts "
+            "origins' roots and proxies' files there; give a new or an empty one"
         )
         return 2
     if args.command == "report":
@@ -333,7 +333,11 @@ def _count(chosen: Experiment) -> str:
 
 
 def _not_empty(path: Path) -> bool:
-    return path.is_dir() and any(path.iterdir()) or path.exists() and not path.is_dir()
+    """Whether `path` holds anything (or is a file, or cannot be read): not a usable workdir."""
+    try:
+        return path.exists() and (not path.is_dir() or any(path.iterdir()))
+    except OSError:
+        return True
 
 
 @contextlib.contextmanager

@@ -10,28 +10,31 @@ returns. No library exposes this; it is a duplicate of the socket, read without 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 READ_SIZE = 256 * 1024
 
 
-def unread_bytes(transport: asyncio.BaseTransport | None) -> Iterator[bytes]:
-    """The bytes still in the kernel's receive buffer of `transport`'s socket, in pieces;
-    nothing if it has none or no socket."""
+def unread_bytes(transport: asyncio.BaseTransport | None, limit: int) -> list[bytes]:
+    """The bytes still in the kernel's receive buffer of `transport`'s socket, in pieces, up
+    to about `limit` of them; none if it has none or no socket."""
     sock = transport.get_extra_info("socket") if transport is not None else None
     if sock is None:
-        return
+        return []
     try:
         dup = sock.dup()
     except OSError:
-        return
+        return []
+    pieces: list[bytes] = []
+    read = 0
     with dup:
         dup.setblocking(False)
-        while True:
+        while read < limit:
             try:
                 data = dup.recv(READ_SIZE)
             except OSError:  # nothing more for now, or the reset itself
-                return
+                break
             if not data:
-                return
-            yield data
+                break
+            pieces.append(data)
+            read += len(data)
+    return pieces

@@ -325,6 +325,7 @@ class Engine:
         # then on the response reports its end): if the exchange fails or is cancelled on the
         # way, `_release` makes sure the pool does not count the request in flight for ever.
         taken: int | None = None
+        retrying = False  # it went unanswered: the next Assign sends it again
         try:
             self.run(
                 pool,
@@ -359,6 +360,9 @@ class Engine:
                 if record is None or record.upstream is None:
                     continue  # the connection vanished meanwhile; the pool re-decides
                 taken = decision.conn_id
+                if retrying:
+                    retrying = False
+                    self.observer.request_retried(labels)
                 if decision.kind is AssignKind.PRECONNECTED and record.warm_for is not None:
                     record.warm_used = True
                     self.observer.preconnect_finished(record.warm_for, True)
@@ -378,9 +382,10 @@ class Engine:
                         f"{_describe(route.key)} sent no response within {route.read_timeout:g} s"
                     ) from None
                 except Unanswered:
-                    # The connection reported it; the pool sends it again (or fails it).
+                    # The connection reported it; the pool sends it again (counted when it
+                    # goes) or fails it.
                     taken = None
-                    self.observer.request_retried(labels)
+                    retrying = True
                     continue
                 taken = None
                 return response
@@ -451,7 +456,7 @@ class Engine:
                     # Still connecting (a pool closed, a client's own pools released): stop.
                     closing.connect_task.cancel()
             elif isinstance(action, Retry):
-                pass  # counted where the request learns it went unanswered
+                pass  # counted when the request goes again
             elif isinstance(action, (Assign, Reject, Fail)):
                 waiter = self.waiters.get(action.waiter_id)
                 if waiter is not None:

@@ -277,6 +277,7 @@ class _Waiter:
     # which makes the old entry stale.
     token: int
     attempts: int = 0  # Assigns so far
+    raced: bool = False  # it had its one free retry after a keep-alive race
     client: object = None  # who asked (PoolLimits.per_client); None: a client of its own
 
 
@@ -564,9 +565,16 @@ class HostPool:
             return []
         if conn.proto is Proto.H1 and conn.up:
             conn.drain(CloseReason.SERVER_CLOSED)
-            for waiter_id in set(waiter_ids) & conn.in_flight.keys():
-                conn.in_flight[waiter_id].attempts -= 1
-        actions = self._take_back(conn, waiter_ids, now, never_sent=never_sent, unprocessed=True)
+            if never_sent:
+                for waiter_id in set(waiter_ids) & conn.in_flight.keys():
+                    conn.in_flight[waiter_id].attempts -= 1
+        # HTTP/2 says these were not processed (REFUSED_STREAM, above a GOAWAY's last stream);
+        # HTTP/1.1 requests that left (a write that failed, a pipeline behind a stalled
+        # response) may have been: they cost an attempt.
+        unprocessed = never_sent or conn.proto is Proto.H2
+        actions = self._take_back(
+            conn, waiter_ids, now, never_sent=never_sent, unprocessed=unprocessed
+        )
         if not conn.in_flight:
             conn.idle_since = now
         return actions + self._settle(now)
@@ -602,7 +610,19 @@ class HostPool:
             return self._connect_failed(conn, now)
         del self._conns[conn_id]
         lost = set(unanswered) & conn.in_flight.keys()
-        keep_alive_race = conn.proto is Proto.H1 and len(conn.in_flight) == 1 and conn.served > 1
+        # The race: the one request in flight on a connection that had served others before it
+        # (not the connection's first request: that one is no race), once per request (a
+        # request that kills connections must not go round every idle one for free).
+        keep_alive_race = (
+            conn.proto is Proto.H1
+            and len(conn.in_flight) == 1
+            and conn.served > 1
+            and first_sent not in lost
+            and not any(conn.in_flight[w].raced for w in lost)
+        )
+        if keep_alive_race:
+            for waiter_id in lost:
+                conn.in_flight[waiter_id].raced = True
         if graceful or keep_alive_race:
             for waiter_id in lost:
                 conn.in_flight[waiter_id].attempts -= 1

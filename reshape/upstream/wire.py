@@ -165,8 +165,15 @@ class Wire(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if exc is not None and self._error is None:
-            self._read_what_arrived()
-            self._error = WireError(f"connection lost: {exc}")
+            try:
+                self._read_what_arrived()
+            finally:
+                self._error = self._error or WireError(f"connection lost: {exc}")
+                self._close_down()
+            return
+        self._close_down()
+
+    def _close_down(self) -> None:
         self._eof = True
         self._readable.set()
         self._writable.set()
@@ -178,7 +185,8 @@ class Wire(asyncio.Protocol):
         """Deliver what the origin sent before the connection broke and nobody read yet
         (reshape/base/unread_bytes.py): answers to requests that would otherwise count as
         unanswered and be sent again."""
-        for data in unread_bytes(self.transport):
+        # Bounded like a paused read: what a reader will take from a connection that broke.
+        for data in unread_bytes(self.transport, HIGH_WATER):
             self.data_received(data)
             if self._error is not None:
                 return

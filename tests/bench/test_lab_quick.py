@@ -241,4 +241,4 @@ def test_a_used_workdir_is_refused_with_a_message(tmp_path: Path) -> None:
         timeout=60,
     )
     assert run.returncode == 2, run.stderr
-    assert "is not empty" in run.stderr and "Traceback" not in run.stderr
+    assert "is not an empty directory" in run.stderr and "Traceback" not in run.stderr

@@ -192,7 +192,9 @@ class Preconnect:
         upstream = knobs_of(policy)
         if not upstream.share:
             return  # each client connection keeps its own connections: nothing to share
-        cap = min(knobs.max_connections_per_origin, upstream.max_connections_per_host)
+        # Warm connections are for one user's page: a per-client cap bounds them too.
+        per_origin = upstream.max_connections_per_client or upstream.max_connections_per_host
+        cap = min(knobs.max_connections_per_origin, per_origin)
         for prediction in self.table.predict(first_party, min_confidence=knobs.min_confidence):
             destination = Destination.of_origin(prediction.origin)
             if destination is None:

@@ -603,13 +603,62 @@ def test_an_h1_request_that_never_left_costs_no_attempt() -> None:
     pool.request(1, 0.0, idempotent=True)
     assert pool.connection_ready(1, H1, 0.0) == [Assign(1, 1, NEW, 0.0)]
     for conn_id in range(1, MAX_ATTEMPTS + 2):
-        assert pool.requests_unanswered(conn_id, [1], 1.0) == [
+        assert pool.requests_unanswered(conn_id, [1], 1.0, never_sent=True) == [
             Retry(1),
             Close(conn_id, CloseReason.SERVER_CLOSED),  # done, and nothing left on it
             Open(conn_id + 1),
         ]
         assert pool.connection_lost(conn_id, 1.0, unanswered=[]) == []  # already forgotten
         assert pool.connection_ready(conn_id + 1, H1, 1.0) == [Assign(1, conn_id + 1, NEW, 0.0)]
+    # One that left (its write failed, or it was pipelined behind a stalled response) may have
+    # reached the origin: it costs an attempt, and goes again once at most.
+    conn_id = MAX_ATTEMPTS + 2
+    assert pool.requests_unanswered(conn_id, [1], 2.0) == [
+        Retry(1),
+        Close(conn_id, CloseReason.SERVER_CLOSED),
+        Open(conn_id + 1),
+    ]
+    pool.connection_ready(conn_id + 1, H1, 2.0)
+    assert pool.requests_unanswered(conn_id + 1, [1], 3.0) == [
+        Fail(1, FailReason.RETRIES_EXHAUSTED),
+        Close(conn_id + 1, CloseReason.SERVER_CLOSED),
+    ]
+
+
+def test_the_keep_alive_race_is_free_once_per_request() -> None:
+    # A request that kills every connection it is sent on must not go round the idle ones.
+    pool = make(max_connections=4)
+    for waiter in range(101, 105):
+        pool.request(waiter, 0.0, idempotent=True)
+    for conn_id in range(1, 5):
+        assert pool.connection_ready(conn_id, H1, 0.0) == [Assign(100 + conn_id, conn_id, NEW, 0)]
+    for conn_id in range(1, 5):
+        pool.request_done(conn_id, 100 + conn_id, 0.0, reusable=True)
+    assert pool.request(1, 1.0, idempotent=True) == [Assign(1, 4, REUSED, 0.0)]
+    assert pool.connection_lost(4, 1.0, unanswered=[1], first_sent=104) == [
+        Retry(1),
+        Assign(1, 3, REUSED, 0.0),
+    ]
+    assert pool.connection_lost(3, 1.0, unanswered=[1], first_sent=103) == [
+        Retry(1),
+        Assign(1, 2, REUSED, 0.0),
+    ]
+    assert pool.connection_lost(2, 1.0, unanswered=[1], first_sent=102) == [
+        Fail(1, FailReason.RETRIES_EXHAUSTED)
+    ]
+
+
+def test_a_connections_first_request_lost_alone_is_no_keep_alive_race() -> None:
+    # Request 2 was pipelined behind 1 and taken back; 1, the first on the wire, then finds
+    # the connection lost: it most likely reached the origin.
+    pool = make(max_connections=1, pipeline_depth=2)
+    pool.request(1, 0.0, idempotent=True)
+    pool.connection_ready(1, H1, 0.0)
+    assert pool.request(2, 0.0, idempotent=True) == [Assign(2, 1, PIPELINED, 0.0)]
+    pool.cancel(2, 0.5)
+    assert pool.connection_lost(1, 1.0, unanswered=[1], first_sent=1) == [
+        Fail(1, FailReason.CONNECTION_LOST)
+    ]
 
 
 def test_streams_above_goaway_go_to_a_new_connection() -> None:
@@ -888,6 +937,7 @@ class ModelWaiter:
     requeued: bool = False
     assigns: int = 0
     attempts: int = 0  # assigns, less those lost to an announced close
+    raced: bool = False  # had its free retry after a keep-alive race
     sent: int = 0  # when it was last assigned, in assignment order
 
 
@@ -1193,9 +1243,22 @@ class PoolMachine(RuleBasedStateMachine):
         conn_id = data.draw(st.sampled_from(self.ready_conns()))
         conn = self.conns.pop(conn_id)
         unanswered = self._draw_unanswered(data, conn)
+        # The first request on the wire (the driver knows; the model has no warm connections):
+        # one in flight, one done or unknown, or none.
+        first_sent = data.draw(st.sampled_from([*conn.in_flight, UNKNOWN, None]))
         # An announced close, or the keep-alive race (the one request on a reused HTTP/1.1
-        # connection finding it closed): expected, so no attempt is used up.
-        keep_alive_race = conn.proto is H1 and len(conn.in_flight) == 1 and conn.served > 1
+        # connection finding it closed, not its first, once per request): expected, so no
+        # attempt is used up.
+        keep_alive_race = (
+            conn.proto is H1
+            and len(conn.in_flight) == 1
+            and conn.served > 1
+            and first_sent not in unanswered
+            and not any(self.waiters[w].raced for w in unanswered)
+        )
+        if keep_alive_race:
+            for w in unanswered:
+                self.waiters[w].raced = True
         if graceful or keep_alive_race:
             for w in unanswered:
                 self.waiters[w].attempts -= 1
@@ -1203,9 +1266,6 @@ class PoolMachine(RuleBasedStateMachine):
             self.broken = True
         for w in conn.in_flight:
             self.waiters[w].status = "unanswered" if w in unanswered else "final"
-        # The first request on the wire (the driver knows; the model has no warm connections):
-        # one in flight, one done or unknown, or none.
-        first_sent = data.draw(st.sampled_from([*conn.in_flight, UNKNOWN, None]))
         # The driver may name a request it does not know any more: ignored.
         actions = self.pool.connection_lost(
             conn_id,
@@ -1230,10 +1290,11 @@ class PoolMachine(RuleBasedStateMachine):
         )
         conn = self.conns[conn_id]
         unanswered = self._draw_unanswered(data, conn)
-        if conn.proto is H1:  # never left: the connection is done, the attempt is free
+        if conn.proto is H1:  # the connection is done; if they never left, the attempt is free
             conn.draining = True
-            for w in unanswered:
-                self.waiters[w].attempts -= 1
+            if never_sent:
+                for w in unanswered:
+                    self.waiters[w].attempts -= 1
         for w in unanswered:
             conn.in_flight.remove(w)
             self.waiters[w].status = "unanswered"
@@ -1247,7 +1308,7 @@ class PoolMachine(RuleBasedStateMachine):
             "requests_unanswered",
             unanswered=unanswered,
             never_sent=never_sent,
-            unprocessed=True,
+            unprocessed=never_sent or conn.proto is H2,
         )
 
     @precondition(lambda self: self.ready_conns())
