@@ -564,9 +564,10 @@ class Engine:
         if not warm:
             self._slot_waits.setdefault(pool, {})[record] = None
         try:
-            granted = await self.budget.acquire(
-                route.pool_id, pool.limits.max_connections, speculative=warm
-            )
+            # With a cap per client, the cap for this worker's clients: the workers' clients
+            # mostly overlap (SO_REUSEPORT spreads each browser's connections), so the shared
+            # cap follows the clients, never above the limits' cap.
+            granted = await self.budget.acquire(route.pool_id, pool.opening_cap, speculative=warm)
         except asyncio.CancelledError:
             self.forget_connection(record)
             raise

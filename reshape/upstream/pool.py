@@ -386,7 +386,8 @@ class HostPool:
             return self._limits.max_connections
         return min(self._ceiling, self._limits.max_connections)
 
-    def _opening_cap(self) -> int:
+    @property
+    def opening_cap(self) -> int:
         """How many connections the pool may hold before it opens another: the cap in force,
         or, with `per_client`, that many per client with requests here, whichever is lower."""
         cap = self.max_connections
@@ -494,7 +495,7 @@ class HostPool:
         else:
             spare = sum(1 for c in usable if c.state is ConnState.CONNECTING or c.idle)
             missing = count - max(0, spare - len(self._queue))
-        room = self._opening_cap() - len(self._conns)
+        room = self.opening_cap - len(self._conns)
         actions: list[Action] = []
         for _ in range(max(0, min(missing, room))):
             conn = _Connection(next(self._conn_ids), warm_idle_timeout=idle_timeout)
@@ -810,7 +811,7 @@ class HostPool:
     def _plan_for_waiters(self, now: float) -> list[Action]:
         """Rules 3 and 4 for a queue that no free connection can serve."""
         connecting = self._connecting_count()
-        room = max(0, self._opening_cap() - len(self._conns))
+        room = max(0, self.opening_cap - len(self._conns))
         # A live h2 connection whose streams are all busy is waited for, not added to: clients
         # should hold one h2 connection per origin (RFC 9113 section 9.1), and its streams free
         # up as responses end.

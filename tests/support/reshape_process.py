@@ -128,8 +128,11 @@ class ReshapeLauncher:
         returns once /healthz answers 200 (see `RunningProxy.wait_healthy`)."""
         number = len(self.started)
         confdir = confdir or self.directory / f"conf{number}"
-        listen = f"127.0.0.1:{processes.free_port()}"
-        admin = f"127.0.0.1:{processes.free_port()}"
+        listen_port = admin_port = processes.free_port()
+        while admin_port == listen_port:  # two free ports, not the same one twice
+            admin_port = processes.free_port()
+        listen = f"127.0.0.1:{listen_port}"
+        admin = f"127.0.0.1:{admin_port}"
         log_path = self.directory / f"reshape{number}.log"
         args = [
             *RESHAPE,
