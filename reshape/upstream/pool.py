@@ -62,9 +62,9 @@ from dataclasses import dataclass, field
 # 9110 §9.2.2): one the origin answered at all, even with garbage, never does
 # (reshape/upstream/h1.py marks it answered). And only where the loss says the origin did not
 # take the request up, which is Chromium's rule (HttpNetworkTransaction::ShouldResendRequest):
-# a connection that had carried requests before, was opened ahead of need, carries others
-# ahead of it, or (HTTP/2) had heard from the origin is closed by origins that no longer want
-# it (their keep-alive timeouts, request limits, a pipeline they drop); the first request on a
+# a connection that had carried requests before, was opened ahead of need and idled, carries
+# others ahead of it, or (HTTP/2) had heard from the origin is closed by origins that no longer
+# want it (their keep-alive timeouts, request limits, a pipeline they drop); the first request on a
 # connection opened for it, lost without an answer, is most likely the cause, and has most
 # likely been processed: it fails (502), as it would in a browser. Only the driver knows which
 # request went out first (`connection_lost(first_sent=)`). A keep-alive race (the origin
@@ -295,6 +295,9 @@ class _Connection:
     idle_since: float = 0.0  # meaningful while up with nothing in flight
     # Set for a warm connection (see `preconnect`): its idle timeout until a request uses it.
     warm_idle_timeout: float | None = None
+    # A warm connection whose first request found it idle a while (not one taken the moment it
+    # came up): proven, as Chromium's UNUSED_IDLE sockets are.
+    idled_warm: bool = False
 
     def move(self, event: ConnEvent) -> None:
         try:
@@ -629,7 +632,7 @@ class HostPool:
                 conn.in_flight[waiter_id].attempts -= 1
         elif conn.proto is Proto.H1 and len(conn.in_flight) >= 2 and lost:
             self.pipelining_broken = True
-        unproven = None if conn.warm_idle_timeout is not None else first_sent
+        unproven = None if conn.idled_warm else first_sent
         actions = self._take_back(
             conn, lost, now, unprocessed=graceful or keep_alive_race, unproven=unproven
         )
@@ -898,6 +901,7 @@ class HostPool:
     def _assign(self, waiter: _Waiter, conn: _Connection, now: float) -> Assign:
         if conn.unused_warm:
             kind = AssignKind.PRECONNECTED
+            conn.idled_warm = now > conn.idle_since
         elif conn.served == 0:
             kind = AssignKind.NEW
         elif not conn.in_flight:

@@ -522,13 +522,13 @@ def test_a_non_idempotent_request_that_never_left_goes_again() -> None:
 
 
 def test_a_request_fails_after_max_attempts() -> None:
-    # Warm connections: each one the request finds lost was proven (opened ahead of need), so
-    # the loss alone sends it again, until it has been sent MAX_ATTEMPTS times.
+    # Warm connections that idled: each one the request finds lost was proven (opened ahead of
+    # need), so the loss alone sends it again, until it has been sent MAX_ATTEMPTS times.
     pool = make(max_connections=MAX_ATTEMPTS)
     pool.preconnect(MAX_ATTEMPTS, 0.0, idle_timeout=5.0)
     for conn_id in range(1, MAX_ATTEMPTS + 1):
         pool.connection_ready(conn_id, H1, 0.0)
-    assert pool.request(1, 0.0, idempotent=True) == [Assign(1, MAX_ATTEMPTS, PRECONNECTED, 0.0)]
+    assert pool.request(1, 0.5, idempotent=True) == [Assign(1, MAX_ATTEMPTS, PRECONNECTED, 0.0)]
     for conn_id in range(MAX_ATTEMPTS, 1, -1):
         assert pool.connection_lost(conn_id, 1.0, unanswered=[1], first_sent=1) == [
             Retry(1),
@@ -536,6 +536,17 @@ def test_a_request_fails_after_max_attempts() -> None:
         ]
     assert pool.connection_lost(1, 2.0, unanswered=[1], first_sent=1) == [
         Fail(1, FailReason.RETRIES_EXHAUSTED)
+    ]
+
+
+def test_a_warm_connection_taken_as_it_comes_up_is_not_proven() -> None:
+    # As Chromium: only a socket that sat idle in the pool counts as reused.
+    pool = make(max_connections=2)
+    assert pool.preconnect(1, 0.0, idle_timeout=5.0) == [Open(1, warm=True)]
+    assert pool.request(1, 0.5, idempotent=True) == []  # the warm one, connecting, covers it
+    assert pool.connection_ready(1, H1, 1.0) == [Assign(1, 1, PRECONNECTED, 0.5)]
+    assert pool.connection_lost(1, 2.0, unanswered=[1], first_sent=1) == [
+        Fail(1, FailReason.CONNECTION_LOST)
     ]
 
 
