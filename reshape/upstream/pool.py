@@ -624,12 +624,11 @@ class HostPool:
             and first_sent not in lost
             and not any(conn.in_flight[w].raced for w in lost)
         )
-        if keep_alive_race:
-            for waiter_id in lost:
-                conn.in_flight[waiter_id].raced = True
         if graceful or keep_alive_race:
             for waiter_id in lost:
-                conn.in_flight[waiter_id].attempts -= 1
+                waiter = conn.in_flight[waiter_id]
+                waiter.attempts -= 1
+                waiter.raced |= keep_alive_race
         elif conn.proto is Proto.H1 and len(conn.in_flight) >= 2 and lost:
             self.pipelining_broken = True
         unproven = None if conn.idled_warm else first_sent
