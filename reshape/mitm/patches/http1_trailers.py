@@ -101,6 +101,9 @@ class CarryHttp1Trailers(Patch):
                     pending[self] = event.trailers  # sent with the end of message, if chunked
                     return
                 trailers = pending.pop(self, None) if isinstance(event, end_event) else None
+                if not trailers:  # nothing to put in the last chunk (and every CONNECT tunnel's
+                    # data passes here): no command needs looking at
+                    return (yield from original_send(self, event))
 
                 def with_last_chunk(command: Any) -> list[Any]:
                     if (

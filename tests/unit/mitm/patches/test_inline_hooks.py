@@ -1,15 +1,28 @@
-"""reshape/mitm/patches/inline_hooks.py: which hooks can run inline, and how they run."""
+"""reshape/mitm/patches/inline_hooks.py: which hooks can run inline, how and where they run."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from mitmproxy import exceptions
+from mitmproxy import exceptions, http, options
+from mitmproxy.proxy import commands, events
+from mitmproxy.proxy.context import Context
+from mitmproxy.proxy.layer import CommandGenerator, Layer
+from mitmproxy.proxy.layers.http import HttpRequestHook
+from mitmproxy.test import tflow
 
-from reshape.mitm.patches.inline_hooks import HookTable, PendingWrites, run_handlers
+from reshape.mitm.patches import Patches
+from reshape.mitm.patches.inline_hooks import (
+    HookTable,
+    InlineHooks,
+    PendingWrites,
+    hooks_in_place,
+    run_handlers,
+)
 
 
 class Manager:
@@ -135,3 +148,81 @@ def test_nothing_is_written_to_a_closing_writer() -> None:
     a.closing = True
     pending.flush(a)
     assert log == [] and not pending.chunks
+
+
+# Hooks that complete where a layer raises them (`Pass`, and the patched Layer.handle_event).
+
+
+class Requester(Layer):
+    """A layer that raises the `request` hook for its flow, then logs that it went on."""
+
+    def __init__(self, flow: http.HTTPFlow) -> None:
+        super().__init__(Context(tflow.tclient_conn(), options.Options()))
+        self.flow = flow
+
+    def _handle_event(self, event: events.Event) -> CommandGenerator[None]:
+        yield HttpRequestHook(self.flow)
+        yield commands.Log("went on")
+
+
+class Intercepts:
+    def __init__(self, seen: list[str]) -> None:
+        self.seen = seen
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        self.seen.append("intercepts")
+        flow.intercept()
+
+
+@pytest.fixture
+def inline_hooks() -> Iterator[None]:
+    with Patches([InlineHooks()]):
+        yield
+
+
+def names(commands_: list[commands.Command]) -> list[str]:
+    return [type(c).__name__ for c in commands_]
+
+
+def hook_of(commands_: list[commands.Command]) -> commands.StartHook:
+    assert len(commands_) == 1 and isinstance(commands_[0], commands.StartHook), commands_
+    return commands_[0]
+
+
+@pytest.mark.usefixtures("inline_hooks")
+def test_a_plain_hook_completes_where_it_is_raised_and_the_layer_goes_on() -> None:
+    seen: list[str] = []
+    layer = Requester(tflow.tflow())
+    with hooks_in_place(HookTable(Manager([Plain(seen, "a")]))):
+        out = list(layer.handle_event(events.Start()))
+    assert seen == ["a"]
+    assert names(out) == ["Log"]  # no StartHook left for the connection handler
+    assert layer._paused is None
+
+
+@pytest.mark.usefixtures("inline_hooks")
+def test_outside_a_pass_the_layer_pauses_as_mitmproxy_has_it() -> None:
+    layer = Requester(tflow.tflow())
+    out = list(layer.handle_event(events.Start()))
+    assert names(out) == ["HttpRequestHook"] and out[0].blocking is layer
+    assert names(list(layer.handle_event(events.HookCompleted(hook_of(out))))) == ["Log"]
+
+
+@pytest.mark.usefixtures("inline_hooks")
+def test_a_hook_whose_flow_is_intercepted_pauses_the_layer_and_is_not_run_again() -> None:
+    seen: list[str] = []
+    layer = Requester(tflow.tflow())
+    with hooks_in_place(HookTable(Manager([Intercepts(seen)]))) as in_pass:
+        out = list(layer.handle_event(events.Start()))
+        assert in_pass is not None and in_pass.intercepted(hook_of(out))
+    assert names(out) == ["HttpRequestHook"] and out[0].blocking is layer
+    assert seen == ["intercepts"]  # ran once; the connection handler waits for the resume
+
+
+@pytest.mark.usefixtures("inline_hooks")
+def test_a_hook_with_a_coroutine_handler_takes_mitmproxys_path() -> None:
+    layer = Requester(tflow.tflow())
+    with hooks_in_place(HookTable(Manager([Waits()]))) as in_pass:
+        out = list(layer.handle_event(events.Start()))
+        assert in_pass is not None and not in_pass.intercepted(hook_of(out))
+    assert names(out) == ["HttpRequestHook"] and out[0].blocking is layer
