@@ -36,6 +36,12 @@ idle one), each waiting non-idempotent request that no connect covers holds back
 HTTP/1.1 connection from pipelining: the one with the fewest in flight. Nothing is added to a
 held-back connection, so it drains and goes to that request by rule 2.
 
+Clients' shares (`PoolLimits.per_client`, browser-like limits): each client with requests here
+brings that many connections to the cap, and a connection anyone can use (rules 1 and 2) serves
+the oldest request of the client with the fewest requests in flight, not the queue's front, so
+a client that queued a hundred requests does not take the connections a newcomer brought. Each
+client's own requests keep their order.
+
 The workers of one `reshape run --workers N` share each cap (reshape/upstream/budget/). A worker
 whose slots another worker needs is asked for them back, in one of two ways: a ceiling
 (`set_ceiling`) lowers the cap for a while, as a policy reload can; `lend` closes connections
@@ -52,7 +58,7 @@ import enum
 import heapq
 import itertools
 import math
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -791,13 +797,22 @@ class HostPool:
         return actions
 
     def _serve_front(self, now: float) -> list[Action]:
-        """Rules 1 and 2: connections anyone can use go to the front of the queue."""
+        """Rules 1 and 2: connections anyone can use go to the front of the queue (with
+        `per_client`, the front of the queue of the client with the fewest requests in flight
+        here: see `_Turns`)."""
         actions: list[Action] = []
+        turns: _Turns | None = None
         while self._queue:
             conn = self._free_connection()
             if conn is None:
                 break
-            actions.append(self._assign(next(iter(self._queue.values())), conn, now))
+            if self._limits.per_client:
+                if turns is None:
+                    turns = _Turns(self._queue.values(), self._conns.values())
+                waiter = turns.take()
+            else:
+                waiter = next(iter(self._queue.values()))
+            actions.append(self._assign(waiter, conn, now))
         return actions
 
     def _free_connection(self) -> _Connection | None:
@@ -989,3 +1004,36 @@ class HostPool:
                 return waiter
             heapq.heappop(self._deadlines)
         return None
+
+
+class _Turns:
+    """Whose request a free connection serves when each client has a share (`per_client`):
+    the oldest waiting request of the client with the fewest requests in flight, ties to the
+    client waiting longest. A client that sent 100 requests at once then does not take the
+    connections a client arriving after it brought (each brings `per_client` more), and each
+    client's own requests keep their order. Built when a connection is free: O(queue)."""
+
+    def __init__(self, queue: Iterable[_Waiter], conns: Iterable[_Connection]) -> None:
+        self._waiting: dict[object, deque[_Waiter]] = {}  # client -> its waiters, in order
+        for waiter in queue:
+            self._waiting.setdefault(_client_of(waiter), deque()).append(waiter)
+        self._in_flight: dict[object, int] = {}
+        for conn in conns:
+            for waiter in conn.in_flight.values():
+                client = _client_of(waiter)
+                self._in_flight[client] = self._in_flight.get(client, 0) + 1
+        self._order = {client: rank for rank, client in enumerate(self._waiting)}
+
+    def take(self) -> _Waiter:
+        client = min(self._waiting, key=lambda c: (self._in_flight.get(c, 0), self._order[c]))
+        waiters = self._waiting[client]
+        waiter = waiters.popleft()
+        if not waiters:
+            del self._waiting[client]
+        self._in_flight[client] = self._in_flight.get(client, 0) + 1
+        return waiter
+
+
+def _client_of(waiter: _Waiter) -> object:
+    """Who a waiter counts for: its client, or itself for a request of no known client."""
+    return waiter if waiter.client is None else waiter.client

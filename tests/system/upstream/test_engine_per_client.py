@@ -62,3 +62,33 @@ def test_each_client_address_gets_a_browsers_six_connections(start_reshape: Star
         origin.most = 0
         assert load(proxy.listen, target, ["127.0.0.23", "127.0.0.23"]) == ok
         assert origin.most == 6
+
+
+def test_a_newcomer_is_not_queued_behind_another_users_backlog(start_reshape: StartProxy) -> None:
+    proxy = start_reshape()
+    host, port = proxy.listen.split(":")
+    with SlowOrigin("127.0.0.9", delay=0.5) as origin:
+        target = f"{origin.host}:{origin.port}"
+        request = f"GET http://{target}/ HTTP/1.1\r\nHost: {target}\r\n\r\n".encode()
+        answered: list[str] = []
+
+        async def fetch(address: str, after: float) -> None:
+            await asyncio.sleep(after)
+            reader, writer = await asyncio.open_connection(host, int(port), local_addr=(address, 0))
+            writer.write(request)
+            status = await asyncio.wait_for(reader.readline(), 30)
+            writer.close()
+            assert status.startswith(b"HTTP/1.1 200")
+            answered.append(address)
+
+        async def both() -> None:
+            # User a: 24 requests at once (four rounds on its six connections); user b, a
+            # moment later, one request, which brings six connections of its own.
+            await asyncio.gather(
+                *(fetch("127.0.0.24", 0.0) for _ in range(24)), fetch("127.0.0.25", 0.1)
+            )
+
+        asyncio.run(both())
+        # In queue order b's request would wait for all of a's (the last answered); it takes
+        # one of the connections it brought.
+        assert answered.index("127.0.0.25") < 12, answered

@@ -1536,10 +1536,10 @@ def test_per_client_idle_connections_stay_and_serve_anyone() -> None:
     pool = make(max_connections=5, per_client=2)
     for waiter, client in ((1, "a"), (2, "a"), (3, "b"), (4, "b")):
         pool.request(waiter, 0.0, idempotent=True, client=client)
-    for conn_id in range(1, 5):
-        pool.connection_ready(conn_id, H1, 0.0)
-    for conn_id, waiter in zip(range(1, 5), range(1, 5), strict=True):
-        assert pool.request_done(conn_id, waiter, 1.0, reusable=True) == []
+    ready = [a for c in range(1, 5) for a in pool.connection_ready(c, H1, 0.0)]
+    for assign in ready:
+        assert isinstance(assign, Assign)
+        assert pool.request_done(assign.conn_id, assign.waiter_id, 1.0, reusable=True) == []
     # Nobody has requests now: the four idle connections stay (a warm pool), and one client's
     # requests take them all, though it could not have opened more than two.
     assert pool.active_connections == 4
@@ -1548,6 +1548,27 @@ def test_per_client_idle_connections_stay_and_serve_anyone() -> None:
         Assign(10 + n, conn_id, REUSED, 0.0) for n, conn_id in enumerate((4, 3, 2, 1))
     ]
     assert assigned[4] == []  # 4 connections held, 2 for its one client: it waits
+
+
+def test_per_client_a_free_connection_serves_the_client_with_fewest_in_flight() -> None:
+    pool = make(max_connections=10, per_client=2)
+    for waiter in range(1, 7):  # client a: six at once, two connections opening for it
+        pool.request(waiter, 0.0, idempotent=True, client="a")
+    assert pool.active_connections == 2
+    # b arrives later and brings two more connections; a's older requests do not take them.
+    assert pool.request(7, 0.1, idempotent=True, client="b") == [Open(3), Open(4)]
+    pool.request(8, 0.1, idempotent=True, client="b")
+    served = [a for c in (1, 2, 3, 4) for a in pool.connection_ready(c, H1, 0.2)]
+    assert [(a.waiter_id, a.conn_id) for a in served if isinstance(a, Assign)] == [
+        (1, 1),  # a: 0 in flight, b: 0 in flight; a waited longer
+        (7, 2),  # b: 0, a: 1
+        (2, 3),  # a: 1, b: 1; a waited longer
+        (8, 4),  # b: 1, a: 2
+    ]
+    # Each client's own requests keep their order; a's next goes when one of its connections
+    # frees up (b has nothing more waiting).
+    done = pool.request_done(2, 7, 0.3, reusable=True)
+    assert [(a.waiter_id, a.conn_id) for a in done if isinstance(a, Assign)] == [(3, 2)]
 
 
 def test_without_per_client_the_cap_is_everyones() -> None:
