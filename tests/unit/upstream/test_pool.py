@@ -1576,3 +1576,69 @@ def test_without_per_client_the_cap_is_everyones() -> None:
     assert pool.request(1, 0.0, idempotent=True, client="a") == [Open(1)]
     assert pool.request(2, 0.0, idempotent=True, client="b") == [Open(2)]
     assert pool.request(3, 0.0, idempotent=True, client="c") == []
+
+
+_TURN_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("request"), st.sampled_from("abc")),
+        st.tuples(st.just("ready"), st.integers(0, 7)),
+        st.tuples(st.just("done"), st.integers(0, 15)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(per_client=st.integers(1, 2), cap=st.integers(1, 5), steps=_TURN_STEPS)
+def test_per_client_turns_keep_each_clients_order_and_serve_the_least_loaded(
+    per_client: int, cap: int, steps: list[tuple[str, str | int]]
+) -> None:
+    """Random requests from three clients, connections coming up and responses ending: every
+    assignment serves the client with the fewest requests in flight (ties: the one waiting
+    longest), takes that client's oldest request, and no connection opens beyond the shares."""
+    pool = make(max_connections=cap, per_client=per_client, max_queue=100, http2=False)
+    client_of: dict[int, str] = {}
+    queue: list[int] = []  # waiting requests, oldest first
+    in_flight: dict[int, int] = {}  # waiter -> connection
+    connecting: list[int] = []
+    conns: set[int] = set()
+
+    def play(actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Open):
+                connecting.append(action.conn_id)
+                conns.add(action.conn_id)
+                clients = {client_of[w] for w in [*queue, *in_flight]}
+                assert len(conns) <= min(cap, per_client * len(clients))
+            elif isinstance(action, Assign):
+                loads = {c: 0 for c in (client_of[w] for w in queue)}
+                for w in in_flight:
+                    if client_of[w] in loads:
+                        loads[client_of[w]] += 1
+                first: dict[str, int] = {}
+                for position, w in enumerate(queue):
+                    first.setdefault(client_of[w], position)
+                turn = min(loads, key=lambda c: (loads[c], first[c]))
+                client = client_of[action.waiter_id]
+                assert client == turn, (action, loads, first)
+                assert queue[first[client]] == action.waiter_id  # the client's oldest
+                queue.remove(action.waiter_id)
+                in_flight[action.waiter_id] = action.conn_id
+            elif isinstance(action, Close):
+                conns.discard(action.conn_id)
+            else:
+                raise AssertionError(f"unexpected {action}")
+
+    waiter = 0
+    for kind, arg in steps:
+        if kind == "request":
+            waiter += 1
+            client_of[waiter] = str(arg)
+            queue.append(waiter)
+            play(pool.request(waiter, 0.0, idempotent=True, client=arg))
+        elif kind == "ready" and connecting:
+            play(pool.connection_ready(connecting.pop(int(arg) % len(connecting)), H1, 0.0))
+        elif kind == "done" and in_flight:
+            done = sorted(in_flight)[int(arg) % len(in_flight)]
+            play(pool.request_done(in_flight.pop(done), done, 0.0, reusable=True))
+    assert pool.queued == len(queue) and pool.in_flight == len(in_flight)
