@@ -403,16 +403,13 @@ class HostPool:
         per_client = self._limits.per_client
         if not per_client:
             return cap
-        clients: set[object] = set()
-        anonymous = 0
-        for waiter in itertools.chain(
-            self._queue.values(), *(c.in_flight.values() for c in self._conns.values())
-        ):
-            if waiter.client is None:
-                anonymous += 1
-            else:
-                clients.add(waiter.client)
-        return min(cap, per_client * max(1, len(clients) + anonymous))
+        clients = {
+            _client_of(waiter)
+            for waiter in itertools.chain(
+                self._queue.values(), *(c.in_flight.values() for c in self._conns.values())
+            )
+        }
+        return min(cap, per_client * max(1, len(clients)))
 
     @property
     def queued(self) -> int:

@@ -215,6 +215,16 @@ def run_inline(table: HookTable, hook: commands.StartHook) -> bool | None:
     return True
 
 
+def _completes_in_place(command: commands.Command) -> bool:
+    """Whether a blocking command is a hook the current pass ran to completion just now."""
+    this_pass = _current_pass
+    return (
+        this_pass is not None
+        and isinstance(command, commands.StartHook)
+        and this_pass.complete(command)
+    )
+
+
 def handle_event(self: layer.Layer, event: events.Event) -> layer.CommandGenerator[None]:
     """mitmproxy's `Layer.handle_event` (12.2.3), but a hook that completes in place (see
     `Pass.complete`) does not pause the layer: its reply goes straight back."""
@@ -232,7 +242,9 @@ def handle_event(self: layer.Layer, event: events.Event) -> layer.CommandGenerat
     else:
         if self.debug is not None:
             yield self._Layer__debug(f">> {event}")  # type: ignore[attr-defined]
-        # `process`, inlined (as mitmproxy inlines `__process`: one generator less per layer).
+        # `process`, inlined, as mitmproxy inlines `__process` here: one generator less per
+        # layer on every event. mitmproxy keeps this loop twice for that; so does the patch,
+        # with the decision that differs in `_completes_in_place`.
         command_generator = self._handle_event(event)
         try:
             command = command_generator.send(None)
@@ -242,12 +254,7 @@ def handle_event(self: layer.Layer, event: events.Event) -> layer.CommandGenerat
             if self.debug is not None and not isinstance(command, commands.Log):
                 yield self._Layer__debug(f"<< {command}")  # type: ignore[attr-defined]
             if command.blocking is True:
-                this_pass = _current_pass
-                if (
-                    this_pass is not None
-                    and isinstance(command, commands.StartHook)
-                    and this_pass.complete(command)
-                ):
+                if _completes_in_place(command):
                     try:
                         command = command_generator.send(None)  # a hook's reply is None
                     except StopIteration:
@@ -276,12 +283,7 @@ def process(
         if self.debug is not None and not isinstance(command, commands.Log):
             yield self._Layer__debug(f"<< {command}")  # type: ignore[attr-defined]
         if command.blocking is True:
-            this_pass = _current_pass
-            if (
-                this_pass is not None
-                and isinstance(command, commands.StartHook)
-                and this_pass.complete(command)
-            ):
+            if _completes_in_place(command):
                 try:
                     command = command_generator.send(None)  # a hook's reply is None
                 except StopIteration:
