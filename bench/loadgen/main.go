@@ -1,19 +1,28 @@
-// Command loadgen is a closed-loop HTTP/1.1 load generator for bench/overhead.
+// Command loadgen is a closed-loop HTTP/1.1 and HTTP/2 load generator for bench/overhead.
 //
-// Each of -c workers owns exactly one keep-alive connection (direct, through an HTTP proxy in
-// absolute form, or through a CONNECT tunnel for https) and sends one GET at a time on it. Every
-// response is checked (status and body length); a failed request is counted as an error and is
-// never retried. A connection closed by the peer is re-opened, and re-opens are reported, so a
-// proxy that drops keep-alive shows up in the output rather than hiding in the latencies.
+// HTTP/1.1 (the default): each of -c workers owns exactly one keep-alive connection (direct,
+// through an HTTP proxy in absolute form, or through a CONNECT tunnel for https) and sends one GET
+// at a time on it. Every response is checked (status and body length); a failed request is
+// counted as an error and is never retried. A connection closed by the peer is re-opened, and
+// re-opens are reported, so a proxy that drops keep-alive shows up in the output rather than
+// hiding in the latencies. This client is written on net.Conn rather than http.Transport because
+// the Transport silently replays idempotent requests that fail on a reused connection, and pools
+// connections on its own.
 //
-// The client is written on net.Conn rather than http.Transport because the Transport silently
-// replays idempotent requests that fail on a reused connection, and pools connections on its own.
+// HTTP/2 (-h2, https only): a browser's model, -c connections with -streams requests in flight on
+// each (one worker per stream). Each connection is its own http.Transport limited to one
+// connection, dialled here (through the CONNECT tunnel when there is a proxy) with ALPN h2 only;
+// a server that does not choose h2 is an error, not a silent HTTP/1.1 run. Go's HTTP/2 client
+// retries on its own only requests the server did not process (REFUSED_STREAM, streams above a
+// GOAWAY's last one); every dial is counted in `connects`, so a proxy that drops connections
+// still shows.
 //
 // Output: one JSON object on stdout.
 package main
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -42,6 +51,8 @@ type config struct {
 	status      int
 	size        int64
 	tls         *tls.Config
+	h2          bool
+	streams     int
 }
 
 type latencyMS struct {
@@ -56,6 +67,8 @@ type report struct {
 	URL           string    `json:"url"`
 	Proxy         string    `json:"proxy"`
 	Connections   int       `json:"connections"`
+	Protocol      string    `json:"protocol"`
+	Streams       int       `json:"streams"`
 	DurationS     float64   `json:"duration_s"`
 	Requests      int64     `json:"requests"`
 	Errors        int64     `json:"errors"`
@@ -285,15 +298,110 @@ func (r *run) worker() []time.Duration {
 	return local
 }
 
+// h2Client is one HTTP/2 connection's client: a Transport that opens at most one connection,
+// dialled by dialH2 (a new one only if the last was lost).
+func (r *run) h2Client() *http.Client {
+	transport := &http.Transport{
+		ForceAttemptHTTP2:  true,
+		MaxConnsPerHost:    1,
+		DisableCompression: true,
+		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return r.dialH2()
+		},
+	}
+	return &http.Client{Transport: transport, Timeout: r.cfg.timeout}
+}
+
+func (r *run) dialH2() (net.Conn, error) {
+	c, err := r.dial()
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := c.raw.(*tls.Conn)
+	if !ok {
+		c.close()
+		return nil, errors.New("-h2: not a TLS connection")
+	}
+	if proto := tc.ConnectionState().NegotiatedProtocol; proto != "h2" {
+		c.close()
+		return nil, fmt.Errorf("-h2: the server chose %q, not h2", proto)
+	}
+	return tc, nil
+}
+
+// doH2 sends one GET on client and reads the whole response, checking status and length.
+func (r *run) doH2(client *http.Client) (int64, error) {
+	cfg := r.cfg
+	req, err := http.NewRequest(http.MethodGet, cfg.target.String(), nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("User-Agent", "reshape-bench-loadgen")
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("request: %w", err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return n, fmt.Errorf("read body: %w", err)
+	}
+	if resp.ProtoMajor != 2 {
+		return n, fmt.Errorf("response over %s, not HTTP/2", resp.Proto)
+	}
+	if resp.StatusCode != cfg.status {
+		return n, fmt.Errorf("status %d, want %d", resp.StatusCode, cfg.status)
+	}
+	if resp.ContentLength >= 0 && n != resp.ContentLength {
+		return n, fmt.Errorf("body %d bytes, Content-Length %d", n, resp.ContentLength)
+	}
+	if cfg.size >= 0 && n != cfg.size {
+		return n, fmt.Errorf("body %d bytes, want %d", n, cfg.size)
+	}
+	return n, nil
+}
+
+// h2Worker is one stream's closed loop on a shared HTTP/2 connection.
+func (r *run) h2Worker(client *http.Client) []time.Duration {
+	var local []time.Duration
+	for !r.done(time.Now()) {
+		start := time.Now()
+		n, err := r.doH2(client)
+		end := time.Now()
+		if err != nil {
+			r.recordError(end, err)
+			// A refused dial would otherwise spin; the failed request stays counted.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		local = r.recordSuccess(end, end.Sub(start), n, local)
+	}
+	return local
+}
+
 func (r *run) execute() report {
 	var wg sync.WaitGroup
-	results := make([][]time.Duration, r.cfg.connections)
+	perConnection := 1
+	if r.cfg.h2 {
+		perConnection = r.cfg.streams
+	}
+	results := make([][]time.Duration, r.cfg.connections*perConnection)
 	for i := 0; i < r.cfg.connections; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			results[i] = r.worker()
-		}(i)
+		var client *http.Client
+		if r.cfg.h2 {
+			client = r.h2Client()
+		}
+		for j := 0; j < perConnection; j++ {
+			wg.Add(1)
+			go func(slot int) {
+				defer wg.Done()
+				if client != nil {
+					results[slot] = r.h2Worker(client)
+				} else {
+					results[slot] = r.worker()
+				}
+			}(i*perConnection + j)
+		}
 	}
 	wg.Wait()
 
@@ -310,6 +418,8 @@ func (r *run) execute() report {
 	rep := report{
 		URL:           r.cfg.target.String(),
 		Connections:   r.cfg.connections,
+		Protocol:      "HTTP/1.1",
+		Streams:       perConnection,
 		DurationS:     elapsed,
 		Requests:      int64(len(all)),
 		Errors:        r.errors.Load(),
@@ -322,6 +432,9 @@ func (r *run) execute() report {
 	}
 	if rep.ErrorSamples == nil {
 		rep.ErrorSamples = []string{}
+	}
+	if r.cfg.h2 {
+		rep.Protocol = "HTTP/2"
 	}
 	if r.cfg.proxy != nil {
 		rep.Proxy = r.cfg.proxy.String()
@@ -383,11 +496,13 @@ func parseFlags() (config, error) {
 	status := flag.Int("status", 200, "expected response status")
 	size := flag.Int64("size", -1, "expected body length in bytes (-1: Content-Length only)")
 	cacert := flag.String("cacert", "", "PEM file of roots for TLS verification (https)")
+	useH2 := flag.Bool("h2", false, "HTTP/2 (https only): -streams requests in flight per connection")
+	streams := flag.Int("streams", 1, "with -h2: requests in flight on each connection")
 	flag.Parse()
 
 	cfg := config{
 		connections: *c, duration: *d, maxRequests: *n, warmup: *warmup,
-		timeout: *timeout, status: *status, size: *size,
+		timeout: *timeout, status: *status, size: *size, h2: *useH2, streams: *streams,
 	}
 	u, err := url.Parse(*target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -403,6 +518,16 @@ func parseFlags() (config, error) {
 	}
 	if cfg.connections < 1 || cfg.duration <= 0 || cfg.maxRequests < 1 || cfg.warmup < 0 {
 		return cfg, errors.New("-c, -d and -n must be positive, -warmup not negative")
+	}
+	if cfg.streams < 1 || (cfg.streams > 1 && !cfg.h2) {
+		return cfg, errors.New("-streams: a positive number, above 1 only with -h2")
+	}
+	if cfg.h2 && u.Scheme != "https" {
+		return cfg, errors.New("-h2: needs an https URL (h2 is negotiated with ALPN)")
+	}
+	nextProtos := []string{"http/1.1"}
+	if cfg.h2 {
+		nextProtos = []string{"h2"}
 	}
 	if u.Scheme == "https" {
 		roots, err := x509.SystemCertPool()
@@ -421,7 +546,7 @@ func parseFlags() (config, error) {
 		cfg.tls = &tls.Config{
 			RootCAs:    roots,
 			ServerName: u.Hostname(),
-			NextProtos: []string{"http/1.1"},
+			NextProtos: nextProtos,
 		}
 	}
 	return cfg, nil

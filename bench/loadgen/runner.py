@@ -114,9 +114,11 @@ def start(
     warmup: float,
     size: int,
     max_requests: int,
+    h2_streams: int | None = None,
 ) -> Running:
     """Starts one closed-loop run of `connections` keep-alive connections, bounded by time and
-    count: `warmup` seconds unmeasured, then `duration` seconds measured."""
+    count: `warmup` seconds unmeasured, then `duration` seconds measured. With `h2_streams` the
+    connections speak HTTP/2 (https only), that many requests in flight on each."""
     argv = [
         str(binary),
         "-url",
@@ -134,6 +136,8 @@ def start(
     ]
     if proxy:
         argv += ["-proxy", proxy]
+    if h2_streams is not None:
+        argv += ["-h2", "-streams", str(h2_streams)]
     if cacert:
         argv += ["-cacert", str(cacert)]
     process = subprocess.Popen(

@@ -167,7 +167,7 @@ def target_lines(measurements: Sequence[Measurement]) -> list[str]:
     it skews much less.
     """
     lines = []
-    for scheme in ("http", "https"):
+    for scheme in ("http", "https", "h2"):
         reshape = _find(measurements, "reshape", scheme)
         mitmdump = _find(measurements, "mitmdump", scheme)
         if reshape and mitmdump and mitmdump.rps > 0:

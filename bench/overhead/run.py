@@ -3,6 +3,8 @@
 One nginx origin on 127.0.0.2 serves a 1 KB file over http and https. Each configuration —
 `direct` (no proxy), `squid`, plain `mitmdump`, `reshape` and `reshape --workers 2` — is started in
 turn, loaded by bench/loadgen (closed loop, keep-alive HTTP/1.1) over both schemes, and stopped.
+With `--schemes ...,h2` a third origin speaks HTTP/2 and the load does too (--streams requests in
+flight per connection, as a browser multiplexes one origin's requests).
 With --repeat the configurations are interleaved round by round and medians are reported.
 The table goes to stdout and, unless --no-record, into bench/RESULTS.md.
 
@@ -54,7 +56,12 @@ ORIGIN_KEEPALIVE_REQUESTS = 1_000_000_000
 LABELS = {"reshape-w2": "reshape --workers 2", "reshape-pooled": "reshape (upstream pool)"}
 # The upstream pool's own policy (policies/pooled.yaml), against the default policy's.
 POOLED_POLICY = REPO / "policies" / "pooled.yaml"
-SCHEMES = ("http", "https")
+# `h2`: HTTPS with HTTP/2 on both sides (an h2 origin, --streams requests in flight per client
+# connection, as a browser multiplexes); opt-in, so a default run stays comparable with older ones.
+SCHEMES = ("http", "https", "h2")
+DEFAULT_SCHEMES = ("http", "https")
+# Squid relays HTTP/1.1 only: it has no h2 row.
+NO_H2 = ("squid",)
 
 
 @dataclass(frozen=True)
@@ -126,10 +133,23 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help=f"comma-separated, from {','.join(ALL_CONFIGS)} (default: all; "
         f"--quick: {','.join(QUICK_CONFIGS)})",
     )
-    parser.add_argument("--schemes", default=",".join(SCHEMES), help="http,https (default both)")
+    parser.add_argument(
+        "--schemes",
+        default=",".join(DEFAULT_SCHEMES),
+        help="from http,https,h2 (default http,https); h2: HTTPS with HTTP/2 to the proxy and "
+        "from it to an h2 origin",
+    )
     parser.add_argument("--duration", type=float, help="measured seconds per row (default 10)")
     parser.add_argument("--warmup", type=float, help="unmeasured seconds first (default 2)")
-    parser.add_argument("--connections", type=int, default=10, help="keep-alive connections")
+    parser.add_argument(
+        "--connections",
+        type=int,
+        default=10,
+        help="requests in flight: keep-alive connections (http, https), streams in all (h2)",
+    )
+    parser.add_argument(
+        "--streams", type=int, default=10, help="h2: requests in flight on each connection"
+    )
     parser.add_argument("--repeat", type=int, default=1, help="interleaved rounds (medians)")
     parser.add_argument("--size", type=int, default=1024, help="response body bytes")
     parser.add_argument(
@@ -163,13 +183,15 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if args.baseline is not None and not (args.baseline / ".venv" / "bin" / "reshape").exists():
         parser.error(f"--baseline: {args.baseline}/.venv/bin/reshape is missing (make venv there)")
     if set(schemes) - set(SCHEMES) or not schemes:
-        parser.error("--schemes: http, https or both")
+        parser.error(f"--schemes: from {','.join(SCHEMES)}")
     args.configs = list(dict.fromkeys(configs))
     args.schemes = list(dict.fromkeys(schemes))
     args.duration = args.duration or (2.0 if args.quick else 10.0)
     args.warmup = args.warmup if args.warmup is not None else (0.5 if args.quick else 2.0)
     if args.duration <= 0 or args.warmup < 0 or args.connections < 1 or args.repeat < 1:
         parser.error("--duration, --connections and --repeat must be positive")
+    if args.streams < 1 or args.connections % args.streams:
+        parser.error("--streams must be positive and divide --connections")
     return args
 
 
@@ -204,11 +226,11 @@ def _run(args: argparse.Namespace, command: str) -> int:
         with (
             origin(workdir=workdir / "nginx-http") as plain,
             origin(tls=tls, workdir=workdir / "nginx-https") as secure,
+            origin(tls=tls, http2=True, workdir=workdir / "nginx-h2") as multiplexed,
         ):
-            measurements, addresses, profile_texts = _measure(
-                args, lab, loadgen, {"http": plain, "https": secure}
-            )
-        addresses += [(ORIGIN_HOST, plain.port), (ORIGIN_HOST, secure.port)]
+            origins = {"http": plain, "https": secure, "h2": multiplexed}
+            measurements, addresses, profile_texts = _measure(args, lab, loadgen, origins)
+        addresses += [(ORIGIN_HOST, origin.port) for origin in origins.values()]
     machine_facts["load average at end"] = runs.load_average()
 
     print(report.markdown_table(measurements))
@@ -268,13 +290,16 @@ def _measure(
     addresses: list[tuple[str, int]] = []
     for round_number in range(1, args.repeat + 1):
         for config in args.configs:
+            schemes = [s for s in args.schemes if not (s == "h2" and config in NO_H2)]
+            if not schemes:
+                continue
             workdir = lab.workdir / f"{config}-{round_number}"
             workdir.mkdir()
             say(f"round {round_number}/{args.repeat}: starting {config}")
             with STARTERS[config](lab, workdir) as proxy:
                 if proxy is not None:
                     addresses.extend(("127.0.0.1", port) for port in proxy.ports)
-                for scheme in args.schemes:
+                for scheme in schemes:
                     key = (config, scheme)
                     profile = None
                     if args.profile and round_number == 1 and config in PYTHON_PROXIES:
@@ -305,6 +330,7 @@ def _measure(
         )
         for config in args.configs
         for scheme in args.schemes
+        if (config, scheme) in runs
     ]
     return measurements, addresses, profile_texts
 
@@ -319,6 +345,7 @@ def _load(
 ) -> tuple[LoadResult, float | None]:
     """One load run, and the proxy's CPU seconds over its measured window (None if direct);
     with `profile`, py-spy samples the proxy over that window into it."""
+    h2 = "h2" in origin.protocols
     cacert = None
     if origin.scheme == "https":
         cacert = proxy.https_ca if proxy else origin_ca
@@ -328,11 +355,12 @@ def _load(
         url=origin.url(FILE_NAME),
         proxy=proxy.url if proxy else None,
         cacert=cacert,
-        connections=args.connections,
+        connections=args.connections // args.streams if h2 else args.connections,
         duration=args.duration,
         warmup=args.warmup,
         size=args.size,
         max_requests=args.max_requests,
+        h2_streams=args.streams if h2 else None,
     )
     proxy_cpu_s = None
     try:
@@ -363,7 +391,7 @@ def _label(config: str, scheme: str, proxy: RunningProxy | None, lab: Lab) -> st
     if config in BASELINE_CONFIGS and lab.baseline is not None:
         kind = "upstream pool" if config == "baseline-pooled" else "default policy"
         label = f"reshape at {runs.commit_of(lab.baseline)} ({kind})"
-    if scheme == "https" and proxy is not None and proxy.https_mode != peers.INTERCEPTED:
+    if scheme != "http" and proxy is not None and proxy.https_mode != peers.INTERCEPTED:
         label += f" ({proxy.https_mode})"
     return label
 
@@ -384,7 +412,9 @@ def _setup_text(args: argparse.Namespace, squid: SquidBinary | None) -> str:
 - Load: bench/loadgen, a closed loop of {args.connections} keep-alive HTTP/1.1 connections, each
   GETting one {args.size:,}-byte file again and again; every response's status and length checked,
   failures counted, never retried. {args.warmup:g} s warmup, then {args.duration:g} s measured per
-  row; configurations one after another, {rounds}.
+  row; configurations one after another, {rounds}. h2 rows: HTTPS with HTTP/2 on both sides,
+  {args.connections // args.streams} connection(s) with {args.streams} requests in flight on
+  each, to an nginx that speaks h2 (Squid, HTTP/1.1 only, has none).
 - Origin: nginx, 1 worker, on {ORIGIN_HOST}, told not to close keep-alive connections during a
   run; proxies listen on 127.0.0.1.
 - https rows are intercepted: TLS from the client to the proxy under the proxy's CA, and from the

@@ -56,8 +56,9 @@ def test_quick_run_measures_every_row_without_errors(tmp_path: Path) -> None:
         "overhead",
         tmp_path,
         *("--configs", "direct,mitmdump,reshape", "--duration", "1.5"),
+        *("--schemes", "http,https,h2"),
         "--no-record",
-        timeout=120,
+        timeout=180,
     )
     rows = {
         tuple(cell.strip() for cell in line.strip("|").split("|")[:2])
@@ -65,8 +66,9 @@ def test_quick_run_measures_every_row_without_errors(tmp_path: Path) -> None:
         if line.startswith("| ")
     }
     for config in ("direct", "mitmdump", "reshape"):
-        for scheme in ("http", "https"):
+        for scheme in ("http", "https", "h2"):
             assert (config, scheme) in rows, quick.stdout
+    # The loadgen counts a response that did not come over HTTP/2 as an error (checked below).
     for measured in json.loads(quick.figures.read_text()):
         for run in measured["runs"]:
             assert run["requests"] > 0, measured
