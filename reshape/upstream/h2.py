@@ -21,7 +21,7 @@ import h2.exceptions
 import h2.settings
 import hyperframe.frame
 from h2.errors import ErrorCodes
-from hpack import HeaderTuple, NeverIndexedHeaderTuple
+from hpack import NeverIndexedHeaderTuple
 
 from reshape.base.errors import ReshapeError
 from reshape.upstream.types import (
@@ -155,12 +155,13 @@ _SECRET = frozenset({b"authorization"})  # Proxy-Authorization is hop-by-hop: ne
 _SHORT_COOKIE = 20
 
 
-def outbound_fields(fields: Headers) -> list[HeaderTuple]:
+def outbound_fields(fields: Headers) -> list[tuple[bytes, bytes]]:
     """Request fields as an HTTP/2 header block takes them: lower-case names, values without
     surrounding whitespace, no connection-specific or pseudo fields, credentials never indexed.
     What h2's outbound normalisation and validation do, in one pass over fields that came from
-    a parser that already refused control characters."""
-    ready: list[HeaderTuple] = []
+    a parser that already refused control characters. Plain tuples but for the never-indexed
+    ones: hpack's HeaderTuple is built in Python, and h2 builds each one again on sending."""
+    ready: list[tuple[bytes, bytes]] = []
     for name, value in fields:
         name = name.lower()
         # Connection-specific fields h2 would refuse (RFC 9113 §8.2.2) are hop-by-hop ones;
@@ -173,7 +174,7 @@ def outbound_fields(fields: Headers) -> list[HeaderTuple]:
         if name in _SECRET or (name == b"cookie" and len(value) < _SHORT_COOKIE):
             ready.append(NeverIndexedHeaderTuple(name, value))
         else:
-            ready.append(HeaderTuple(name, value))
+            ready.append((name, value))
     return ready
 
 

@@ -65,6 +65,7 @@ from mitmproxy import connection, http
 from reshape.base.errors import UsageError
 from reshape.base.flowstate import state_of
 from reshape.base.log_fields import FIELDS
+from reshape.base.request_host import pretty_host
 from reshape.features.telemetry import metrics
 from reshape.features.telemetry.addon import client_proto, error_outcome
 from reshape.features.telemetry.metrics import labelled
@@ -198,7 +199,7 @@ class RequestRecords:
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         request = flow.request
-        state_of(flow).asked = (request.method, request.scheme, request.pretty_host)
+        state_of(flow).asked = (request.method, request.scheme, pretty_host(request))
 
     def server_disconnected(self, data: Any) -> None:
         server: connection.Server = data.server
@@ -267,7 +268,7 @@ def record(
     selection = selection_of(flow)
     request, response = flow.request, flow.response
     state = state_of(flow)
-    method, scheme, host = state.asked or (request.method, request.scheme, request.pretty_host)
+    method, scheme, host = state.asked or (request.method, request.scheme, pretty_host(request))
     transaction = None
     if response is not None and request.timestamp_end and response.timestamp_start:
         transaction = round(max(0.0, response.timestamp_start - request.timestamp_end), 6)
