@@ -161,7 +161,8 @@ def markdown_table(measurements: Sequence[Measurement]) -> str:
 
 
 def target_lines(measurements: Sequence[Measurement]) -> list[str]:
-    """The issue's targets: reshape ≥ plain mitmdump, and workers scaling with cores.
+    """The issues' targets: reshape ≥ plain mitmdump, the pool ≥ 1.5× mitmdump, and workers
+    scaling with cores.
 
     Besides req/s, which a busy machine skews, each comparison gives CPU time per request, which
     it skews much less.
@@ -178,6 +179,12 @@ def target_lines(measurements: Sequence[Measurement]) -> list[str]:
                 + _cpu_ratio(reshape, mitmdump)
             )
         pooled = _find(measurements, "reshape-pooled", scheme)
+        if pooled and mitmdump and mitmdump.rps > 0:
+            ratio = pooled.rps / mitmdump.rps
+            lines.append(
+                f"reshape (upstream pool) / mitmdump, {scheme}: {ratio:.2f}x req/s (target >= 1.5:"
+                f" {'met' if ratio >= 1.5 else 'NOT met'})" + _cpu_ratio(pooled, mitmdump)
+            )
         if reshape and pooled and reshape.rps > 0:
             lines.append(
                 f"reshape (upstream pool) / reshape, {scheme}: {pooled.rps / reshape.rps:.2f}x"

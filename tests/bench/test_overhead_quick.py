@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from bench.loadgen.runner import LoadResult
-from bench.overhead.report import Measurement, table_rows
+from bench.overhead.report import Measurement, table_rows, target_lines
 from tests.support.quick_bench import run_quick, skip_without_go
 
 
@@ -74,3 +74,17 @@ def test_quick_run_measures_every_row_without_errors(tmp_path: Path) -> None:
             assert run["requests"] > 0, measured
             assert run["errors"] == run["warmup_errors"] == 0, measured
     assert not quick.results.exists()
+
+
+def test_target_lines_hold_the_pool_to_one_and_a_half_times_mitmdump() -> None:
+    measurements = [
+        Measurement("mitmdump", "mitmdump", "h2", (_result(500, 20.0, 40.0),)),
+        Measurement("reshape-pooled", "pool", "h2", (_result(760, 13.0, 26.0),)),
+        Measurement("mitmdump", "mitmdump", "http", (_result(500, 20.0, 40.0),)),
+        Measurement("reshape-pooled", "pool", "http", (_result(740, 13.0, 26.0),)),
+    ]
+    lines = [line for line in target_lines(measurements) if "/ mitmdump" in line]
+    assert lines == [
+        "reshape (upstream pool) / mitmdump, http: 1.48x req/s (target >= 1.5: NOT met)",
+        "reshape (upstream pool) / mitmdump, h2: 1.52x req/s (target >= 1.5: met)",
+    ]
