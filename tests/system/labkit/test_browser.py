@@ -58,7 +58,9 @@ def test_direct_load_fetches_every_resource_intact(site: Site, pki: OriginPKI) -
     assert received == site.resources
     assert {resource.status for resource in page.resources} == {200}
     assert page.load_ms > 0
-    assert page.fcp_ms is None or 0 < page.fcp_ms <= page.load_ms
+    # The first paint can come a frame after the load event (244.0 ms against 243.5 once, on a
+    # busy machine): both are measured, neither bounds the other.
+    assert page.fcp_ms is None or page.fcp_ms > 0
 
 
 @pytest.mark.browser
