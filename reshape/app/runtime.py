@@ -61,6 +61,7 @@ from reshape.mitm.connections import (
     end_client_connections,
 )
 from reshape.mitm.patches import Patches
+from reshape.mitm.patches.authority_parse_cache import CacheAuthorityParses
 from reshape.mitm.patches.connection_teardown import FinishConnectionTeardown
 from reshape.mitm.patches.engine_join import JoinEngine
 from reshape.mitm.patches.http1_head_guard import GuardHttp1Heads
@@ -196,6 +197,7 @@ class ProxyProcess:
                 *([ListenWithReusePort()] if reuse_port else []),
                 InlineHooks(),  # hooks in the pass that raised them; one write per pass
                 SkipMessageTypecheck(),
+                CacheAuthorityParses(),  # Host and :authority parsed once per text
                 ListenBacklog(LISTEN_BACKLOG),  # connection storms (bench/soak)
                 SizeTlsRecords(tls_records.record_sizes),
                 ReportSplitRequests(split_requests.request_split),

@@ -17,7 +17,6 @@ import secrets
 from mitmproxy import http
 
 from reshape.base.flowstate import state_of
-from reshape.base.request_host import pretty_host
 from reshape.policy.reload import PolicyHolder
 from reshape.policy.schema import PolicyFile
 from reshape.policy.selection import RequestFacts, Selection, select, uses_cookie_unit
@@ -102,7 +101,7 @@ class PolicyChooser:
         facts = RequestFacts(
             client_ip=flow.client_conn.peername[0] if flow.client_conn.peername else "",
             user_agent=request.headers.get("user-agent", ""),
-            destination=pretty_host(request),
+            destination=request.pretty_host,
             headers=request.headers,
             unit_cookie=unit_cookie,
         )

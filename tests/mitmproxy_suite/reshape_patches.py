@@ -24,6 +24,7 @@ from collections.abc import Iterator
 import pytest
 
 from reshape.mitm.patches import Patches
+from reshape.mitm.patches.authority_parse_cache import CacheAuthorityParses
 from reshape.mitm.patches.connection_teardown import FinishConnectionTeardown
 from reshape.mitm.patches.engine_join import JoinEngine
 from reshape.mitm.patches.http1_trailers import CarryHttp1Trailers
@@ -47,6 +48,7 @@ def reshape_patches() -> Iterator[None]:
         [
             InlineHooks(),
             SkipMessageTypecheck(),
+            CacheAuthorityParses(),
             SizeTlsRecords(lambda conn, client, size: None),
             ReportSplitRequests(_ignore),
             CarryHttp1Trailers(),

@@ -23,7 +23,6 @@ import time
 from mitmproxy import http, tls
 
 from reshape.base.addresses import ListenAddress
-from reshape.base.request_host import pretty_host
 from reshape.features.onboarding.site import OnboardingSite, reachable_at
 
 log = logging.getLogger("reshape.onboarding")
@@ -71,7 +70,7 @@ class Onboarding:
             data.establish_server_tls_first = False  # there is no server
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
-        if flow.response is not None or not self._is_ours(pretty_host(flow.request)):
+        if flow.response is not None or not self._is_ours(flow.request.pretty_host):
             return
         flow.request.stream = False  # answered here: a body to stream has nowhere to go
         method = flow.request.method

@@ -65,7 +65,6 @@ from mitmproxy import connection, http
 from reshape.base.errors import UsageError
 from reshape.base.flowstate import state_of
 from reshape.base.log_fields import FIELDS
-from reshape.base.request_host import pretty_host
 from reshape.features.telemetry import metrics
 from reshape.features.telemetry.addon import client_proto, error_outcome
 from reshape.features.telemetry.metrics import labelled
@@ -199,7 +198,7 @@ class RequestRecords:
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         request = flow.request
-        state_of(flow).asked = (request.method, request.scheme, pretty_host(request))
+        state_of(flow).asked = (request.method, request.scheme, request.pretty_host)
 
     def server_disconnected(self, data: Any) -> None:
         server: connection.Server = data.server
@@ -268,7 +267,7 @@ def record(
     selection = selection_of(flow)
     request, response = flow.request, flow.response
     state = state_of(flow)
-    method, scheme, host = state.asked or (request.method, request.scheme, pretty_host(request))
+    method, scheme, host = state.asked or (request.method, request.scheme, request.pretty_host)
     transaction = None
     if response is not None and request.timestamp_end and response.timestamp_start:
         transaction = round(max(0.0, response.timestamp_start - request.timestamp_end), 6)
