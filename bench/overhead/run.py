@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from bench import profiles, runs
 from bench.loadgen import runner
@@ -223,12 +224,20 @@ def _run(args: argparse.Namespace, command: str) -> int:
         origin = functools.partial(
             nginx_origin, www, ORIGIN_HOST, keepalive_requests=ORIGIN_KEEPALIVE_REQUESTS
         )
-        with (
-            origin(workdir=workdir / "nginx-http") as plain,
-            origin(tls=tls, workdir=workdir / "nginx-https") as secure,
-            origin(tls=tls, http2=True, workdir=workdir / "nginx-h2") as multiplexed,
-        ):
-            origins = {"http": plain, "https": secure, "h2": multiplexed}
+        # One nginx per scheme asked for; https and h2 apart, as an origin offering h2 would put
+        # the pool's https rows on HTTP/2 upstream.
+        kinds: dict[str, dict[str, Any]] = {
+            "http": {},
+            "https": {"tls": tls},
+            "h2": {"tls": tls, "http2": True},
+        }
+        with contextlib.ExitStack() as origins_running:
+            origins = {
+                scheme: origins_running.enter_context(
+                    origin(workdir=workdir / f"nginx-{scheme}", **kinds[scheme])
+                )
+                for scheme in args.schemes
+            }
             measurements, addresses, profile_texts = _measure(args, lab, loadgen, origins)
         addresses += [(ORIGIN_HOST, origin.port) for origin in origins.values()]
     machine_facts["load average at end"] = runs.load_average()
@@ -408,13 +417,19 @@ def _setup_text(args: argparse.Namespace, squid: SquidBinary | None) -> str:
         if args.repeat > 1
         else "one round"
     )
+    h2_rows = (
+        f"""
+  h2 rows: HTTPS with HTTP/2 on both sides, {args.connections // args.streams} connection(s)
+  with {args.streams} requests in flight on each, to an nginx that speaks h2 (Squid, HTTP/1.1
+  only, has none)."""
+        if "h2" in args.schemes
+        else ""
+    )
     return f"""\
 - Load: bench/loadgen, a closed loop of {args.connections} keep-alive HTTP/1.1 connections, each
   GETting one {args.size:,}-byte file again and again; every response's status and length checked,
   failures counted, never retried. {args.warmup:g} s warmup, then {args.duration:g} s measured per
-  row; configurations one after another, {rounds}. h2 rows: HTTPS with HTTP/2 on both sides,
-  {args.connections // args.streams} connection(s) with {args.streams} requests in flight on
-  each, to an nginx that speaks h2 (Squid, HTTP/1.1 only, has none).
+  row; configurations one after another, {rounds}.{h2_rows}
 - Origin: nginx, 1 worker, on {ORIGIN_HOST}, told not to close keep-alive connections during a
   run; proxies listen on 127.0.0.1.
 - https rows are intercepted: TLS from the client to the proxy under the proxy's CA, and from the
