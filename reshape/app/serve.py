@@ -15,6 +15,7 @@ from prometheus_client import REGISTRY
 
 from reshape.app.admin import AdminContent, AdminServer
 from reshape.app.config import RunConfig
+from reshape.app.heap import freeze_startup_heap
 from reshape.app.runtime import Prepared, ProxyProcess, log_startup, prepare, stop_signals
 from reshape.base.addresses import ListenAddress
 from reshape.base.errors import ReshapeError
@@ -86,6 +87,7 @@ async def serve_single(config: RunConfig) -> None:
             RunConfig(**{**asdict(config), "listen": listen}), prepared, process
         )
     log_startup(config, prepared, listen, admin_address)
+    freeze_startup_heap()
     watcher = watch_policy(holder)
     await stop_signals().wait()
     watcher.cancel()
@@ -152,6 +154,7 @@ async def serve_worker(index: int, config: RunConfig) -> None:
     process = proxy_process(config, prepared, holder, reuse_port=True)
     budget = await join_budget(process)
     await process.start()
+    freeze_startup_heap()
     watcher = watch_policy(holder)
     log.info("worker %d (pid %d) listening on %s", index, os.getpid(), config.listen)
     sys.stdout.buffer.write(WORKER_READY)
