@@ -615,9 +615,10 @@ def _notes(run: Run) -> list[str]:
     if cores and loads and float(loads[0]) > cores / 2:
         notes.append(
             f"**Busy machine**: load average {loads[0]} on {cores} cores at the start "
-            f"({run.machine.get('load average at end', '?').split()[0]} at the end): other "
-            "benchmarks ran alongside, which adds noise and CPU delay to every configuration; "
-            "the interleaved order spreads it evenly, so compare rows within this run only."
+            f"({run.machine.get('load average at end', '?').split()[0]} at the end, the lab's "
+            "own processes included): whatever else ran before or beside the run adds noise "
+            "and CPU delay to every configuration; the interleaved order spreads it evenly, so "
+            "compare rows within this run only."
         )
     return notes
 
