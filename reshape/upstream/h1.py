@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 
 from reshape.upstream import http1
@@ -20,6 +21,12 @@ from reshape.upstream.types import (
     UpstreamRequest,
 )
 from reshape.upstream.wire import Wire, WireError
+
+# How long a connection whose write failed may take to go down (its transport reports the
+# loss a turn later); a bound, not a wait: it is normally over at once.
+CLOSE_SETTLE_SECONDS = 1.0
+# How much of an early response's head is looked at for `Connection: close`.
+EARLY_HEAD_BYTES = 16 * 1024
 
 log = logging.getLogger("reshape.upstream")
 
@@ -157,7 +164,11 @@ class H1Upstream:
         self.requests_sent += 1
         try:
             if streamed:
-                await self._send_streamed(head_and_body, request)
+                if not await self._send_streamed(head_and_body, request, response):
+                    # The origin answered before the body was all sent (see _answered_early):
+                    # the rest is not sent, so nothing else can go on this connection.
+                    self.closed = True
+                    return await self._response_head(response)
             else:
                 # Head and body in one write: one segment (one TLS record) when they fit.
                 self.wire.write(head_and_body)
@@ -171,6 +182,16 @@ class H1Upstream:
             # The origin closed as we wrote. Responses it sent before are still in the buffer
             # for the requests ahead of this one; only this one is lost.
             self.closed = True
+            # What arrived before the break is delivered when the connection has gone down
+            # (Wire.connection_lost), which may be a turn after the write failed.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wire.readable(), CLOSE_SETTLE_SECONDS)
+            if self.line and self.line[0] is response and self.wire.has_data:
+                # Unless the origin answered this request before taking all of it, and closed
+                # (a 413 to an upload it refuses): that answer is in the buffer, and is the
+                # response, as RFC 9112 §9.5 asks of a client that sends a body. The rest of
+                # the body is not sent; nothing else goes on this connection.
+                return await self._response_head(response)
             if streamed:
                 self._lost(UpstreamError(str(e)))
                 raise UpstreamError(
@@ -179,6 +200,9 @@ class H1Upstream:
             if response in self.line:
                 self.line.remove(response)
             raise self._unanswered(response, str(e)) from None
+        return await self._response_head(response)
+
+    async def _response_head(self, response: H1Response) -> H1Response:
         try:
             event = await self._next_event(response)
             while isinstance(event, http1.InformationalResponse):
@@ -202,16 +226,49 @@ class H1Upstream:
         self.listener.unanswered([response.waiter_id], never_sent=never_sent)
         return Unanswered(reason)
 
-    async def _send_streamed(self, head: bytes, request: UpstreamRequest) -> None:
+    async def _send_streamed(
+        self, head: bytes, request: UpstreamRequest, response: H1Response
+    ) -> bool:
+        """Send the head and the body as it comes; False if the origin answered first and the
+        rest was not sent."""
         assert request.body_stream is not None
         pending = head
         async for chunk in request.body_stream:
+            if not pending and self._answered_early(response):
+                return False
             # The head waits for the first body chunk so both leave in one write.
             self.wire.write(pending + http1.encode_chunk(chunk))
             pending = b""
             await self.wire.drain()
+        if not pending and self._answered_early(response):
+            return False
         self.wire.write(pending + http1.encode_last_chunk(request.trailers))
         await self.wire.drain()
+        return True
+
+    def _answered_early(self, response: H1Response) -> bool:
+        """Whether the origin has refused the rest of the body: a final response has begun to
+        arrive while the body is still being sent, and the origin closes (it did, or the head
+        says `Connection: close`), as nginx answers an upload past its limit with 413. RFC 9112
+        §9.5 asks a client to stop sending then and read the response. An interim response
+        (1xx) is not one, nor a response that keeps the connection (an origin may answer while
+        it reads on)."""
+        if not self.line or self.line[0] is not response:
+            return False  # what arrived answers the requests ahead of this one
+        head = self.wire.peek(EARLY_HEAD_BYTES)
+        if len(head) < 12 or not head.startswith(b"HTTP/1.") or head[9:10] == b"1":
+            return False
+        if self.wire.is_closed:
+            return True
+        end = head.find(b"\r\n\r\n")
+        if end < 0:
+            return False
+        for line in head[:end].split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            tokens = {token.strip() for token in value.lower().split(b",")}
+            if name.strip().lower() == b"connection" and b"close" in tokens:
+                return True
+        return False
 
     async def _next_event(self, response: H1Response) -> http1.Event:
         await response.turn.wait()

@@ -220,6 +220,15 @@ class Wire(asyncio.Protocol):
     def has_data(self) -> bool:
         return bool(self._chunks)
 
+    def peek(self, size: int) -> bytes:
+        """Up to `size` of the bytes that have arrived, left for `read`."""
+        head = b""
+        for chunk in self._chunks:
+            head += chunk[: size - len(head)]
+            if len(head) >= size:
+                break
+        return head
+
     @property
     def has_data_or_eof(self) -> bool:
         """Whether the peer sent anything or closed: an idle connection so marked is not reused."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import ssl
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -163,3 +164,58 @@ class PipelineBreakingOrigin(ScriptedOrigin):
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
             await writer.drain()
         writer.transport.abort()
+
+
+class EarlyAnswerOrigin(ScriptedOrigin):
+    """Answers every request as soon as its head has arrived, without reading its body, and
+    closes: what a server does to an upload it refuses (nginx's 413 past client_max_body_size).
+    Unread body bytes make the close a reset."""
+
+    ANSWER = b"upload refused: too large\n"
+
+    def __init__(self, host: str) -> None:
+        super().__init__(host)
+        self.heads: list[bytes] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        self.heads.append(head)
+        writer.write(
+            b"HTTP/1.1 413 Content Too Large\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+            % len(self.ANSWER)
+            + self.ANSWER
+        )
+        await writer.drain()
+        writer.close()
+
+
+class InterimThenReadAllOrigin(ScriptedOrigin):
+    """Sends `100 Continue` as soon as a request's head has arrived, unasked, then reads the whole
+    (chunked) body and answers 200 with its SHA-256: a client must not take the interim response
+    for an early answer and stop sending."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(host)
+        self.received: list[int] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert b"transfer-encoding: chunked" in head.lower(), head
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        await writer.drain()
+        digest = hashlib.sha256()
+        size = 0
+        while True:
+            length = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            if length == 0:
+                await reader.readuntil(b"\r\n")  # no trailers: the empty line
+                break
+            chunk = await reader.readexactly(length)
+            await reader.readexactly(2)
+            digest.update(chunk)
+            size += length
+        self.received.append(size)
+        answer = digest.hexdigest().encode()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(answer) + answer)
+        await writer.drain()
+        writer.close()

@@ -19,7 +19,12 @@ from labkit.pki import OriginPKI
 from labkit.relay import RelayThread, relays
 from tests.support.memory import RssPeak
 from tests.support.reshape_process import RunningProxy, StartProxy
-from tests.support.scripted_origins import PipelineBreakingOrigin, SlowOrigin
+from tests.support.scripted_origins import (
+    EarlyAnswerOrigin,
+    InterimThenReadAllOrigin,
+    PipelineBreakingOrigin,
+    SlowOrigin,
+)
 
 RESOURCES = 60
 BROWSERS = 10
@@ -367,3 +372,49 @@ def test_tls_sessions_to_origins_are_resumed(
             time.sleep(0.5)  # past idle_timeout: the pool closes the connection in between
     assert proxy.metric("reshape_upstream_tls_handshakes_total") == 3
     assert proxy.metric("reshape_upstream_tls_handshakes_total", resumed="yes") >= 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["PUT", "POST"])
+def test_an_origin_that_refuses_an_upload_early_is_answered_to_the_client_once(
+    start_reshape: StartProxy, tmp_path: Path, method: str
+) -> None:
+    # 8 MB: more than the sockets between proxy and origin hold, so writing the body fails once
+    # the origin has answered and closed; its answer must still reach the client.
+    body = os.urandom(1 << 20) * 8
+    with EarlyAnswerOrigin("127.0.0.8") as origin:
+        proxy = start_reshape(policy=policy_file(tmp_path, "{max_connections_per_host: 2}"))
+        response = httpx.request(
+            method, origin.url("/upload"), content=body, proxy=proxy.proxy_url, timeout=60
+        )
+    assert response.status_code == 413, response.text
+    assert response.content == EarlyAnswerOrigin.ANSWER
+    assert len(origin.heads) == 1  # answered, so never sent again, not even the idempotent PUT
+
+
+@pytest.mark.slow
+def test_an_interim_response_during_an_upload_is_not_taken_for_an_early_answer(
+    start_reshape: StartProxy, tmp_path: Path
+) -> None:
+    body = os.urandom(1 << 20) * 8
+    with InterimThenReadAllOrigin("127.0.0.8") as origin:
+        proxy = start_reshape(policy=policy_file(tmp_path, "{max_connections_per_host: 2}"))
+        response = httpx.post(
+            origin.url("/upload"), content=body, proxy=proxy.proxy_url, timeout=60
+        )
+    assert response.status_code == 200, response.text
+    assert response.text == hashlib.sha256(body).hexdigest()
+    assert origin.received == [len(body)]
+
+
+@pytest.mark.slow
+def test_nginx_refusing_an_upload_before_its_body_is_answered_to_the_client(
+    start_reshape: StartProxy, tmp_path: Path, site: Path
+) -> None:
+    # nginx answers a PUT to a static file 405 once the head is read, then reads on and discards
+    # the body (lingering close): the answer must reach the client whether or not we stop sending.
+    body = os.urandom(1 << 20) * 8
+    with nginx_origin(site, "127.0.0.9", workdir=tmp_path / "nginx") as origin:
+        proxy = start_reshape(policy=policy_file(tmp_path, "{max_connections_per_host: 2}"))
+        response = httpx.put(origin.url("/r0.bin"), content=body, proxy=proxy.proxy_url, timeout=60)
+    assert response.status_code == 405, response.text
