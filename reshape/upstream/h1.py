@@ -25,7 +25,7 @@ from reshape.upstream.wire import Wire, WireError
 # How long a connection whose write failed may take to go down (its transport reports the
 # loss a turn later); a bound, not a wait: it is normally over at once.
 CLOSE_SETTLE_SECONDS = 1.0
-# How much of an early response's head is looked at for `Connection: close`.
+# How much of what an origin sent early is parsed for a final response's head.
 EARLY_HEAD_BYTES = 16 * 1024
 
 log = logging.getLogger("reshape.upstream")
@@ -247,28 +247,11 @@ class H1Upstream:
         return True
 
     def _answered_early(self, response: H1Response) -> bool:
-        """Whether the origin has refused the rest of the body: a final response has begun to
-        arrive while the body is still being sent, and the origin closes (it did, or the head
-        says `Connection: close`), as nginx answers an upload past its limit with 413. RFC 9112
-        §9.5 asks a client to stop sending then and read the response. An interim response
-        (1xx) is not one, nor a response that keeps the connection (an origin may answer while
-        it reads on)."""
-        if not self.line or self.line[0] is not response:
-            return False  # what arrived answers the requests ahead of this one
-        head = self.wire.peek(EARLY_HEAD_BYTES)
-        if len(head) < 12 or not head.startswith(b"HTTP/1.") or head[9:10] == b"1":
-            return False
-        if self.wire.is_closed:
-            return True
-        end = head.find(b"\r\n\r\n")
-        if end < 0:
-            return False
-        for line in head[:end].split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            tokens = {token.strip() for token in value.lower().split(b",")}
-            if name.strip().lower() == b"connection" and b"close" in tokens:
-                return True
-        return False
+        """Whether the origin has answered `response`'s request before taking its whole body,
+        and ends the connection (http1.ends_before_body_sent)."""
+        if not self.wire.has_data or not self.line or self.line[0] is not response:
+            return False  # nothing yet, or what arrived answers the requests ahead of this one
+        return http1.ends_before_body_sent(self.wire.peek(EARLY_HEAD_BYTES), response.method)
 
     async def _next_event(self, response: H1Response) -> http1.Event:
         await response.turn.wait()

@@ -491,6 +491,25 @@ class ResponseReader:
         self._fields = []
 
 
+def ends_before_body_sent(data: bytes, method: bytes) -> bool:
+    """Whether `data`, what an origin has sent while the body of its request (`method`) is
+    still going out, begins with a final response whose head says the connection ends
+    (`Connection: close`, or HTTP/1.0 without keep-alive: RFC 9112 §9.3): the origin refuses the
+    rest of the body, and §9.5 asks the client to stop sending it (nginx's 413 to an upload past
+    its limit). Interim responses are passed over, and a response that keeps the connection, or
+    whose body merely runs until close, does not count (an origin may answer while it reads
+    on). False while no final head is complete, and for bytes that do not parse (the reader of
+    the response proper reports those)."""
+    reader = ResponseReader()
+    reader.expect(method)
+    try:
+        events = reader.receive_data(data)
+    except ProtocolError:
+        return False
+    head = next((event for event in events if isinstance(event, ResponseHead)), None)
+    return head is not None and not _keep_alive(head.http_version, head.headers)
+
+
 def _line_content(line: bytes) -> bytes:
     """A head or trailer line without its terminator: CRLF, or a bare LF (RFC 9112 §2.2 MAY)."""
     content = line[:-2] if line.endswith(b"\r\n") else line[:-1]

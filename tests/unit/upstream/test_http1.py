@@ -24,6 +24,7 @@ from reshape.upstream.http1 import (
     encode_chunk,
     encode_last_chunk,
     encode_request,
+    ends_before_body_sent,
 )
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -1106,3 +1107,23 @@ def test_h11_reads_what_encode_request_writes(
     assert isinstance(event, h11.EndOfMessage)
     assert received == sent_body
     assert [(n.lower(), v) for n, v in event.headers] == [(n.lower(), v) for n, v in trailers]
+
+
+@pytest.mark.parametrize(
+    ("data", "ends"),
+    [
+        (b"HTTP/1.1 413 Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", True),
+        (b"HTTP/1.1 413 Too Large\r\nConnection: keep-alive, Close\r\n\r\n", True),
+        (b"HTTP/1.0 413 Too Large\r\nContent-Length: 0\r\n\r\n", True),
+        (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 413 No\r\nConnection: close\r\n\r\n", True),
+        (b"HTTP/1.1 100 Continue\r\n\r\n", False),  # interim: the body is wanted
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", False),  # answers, reads on
+        (b"HTTP/1.1 200 OK\r\n\r\n", False),  # body until close: not a refusal by itself
+        (b"HTTP/1.1 413 Too Large\r\nConnection: close\r\n", False),  # head not complete
+        (b"HTTP/1.1 41", False),
+        (b"garbage\r\n\r\n", False),
+        (b"", False),
+    ],
+)
+def test_ends_before_body_sent(data: bytes, ends: bool) -> None:
+    assert ends_before_body_sent(data, b"PUT") is ends
