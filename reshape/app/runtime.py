@@ -64,6 +64,7 @@ from reshape.mitm.patches import Patches
 from reshape.mitm.patches.authority_parse_cache import CacheAuthorityParses
 from reshape.mitm.patches.connection_teardown import FinishConnectionTeardown
 from reshape.mitm.patches.engine_join import JoinEngine
+from reshape.mitm.patches.h2_header_validation import ValidateH2HeadersInOnePass
 from reshape.mitm.patches.http1_head_guard import GuardHttp1Heads
 from reshape.mitm.patches.http1_trailers import CarryHttp1Trailers
 from reshape.mitm.patches.http2_flood_guard import GuardHttp2Floods
@@ -198,6 +199,7 @@ class ProxyProcess:
                 InlineHooks(),  # hooks in the pass that raised them; one write per pass
                 SkipMessageTypecheck(),
                 CacheAuthorityParses(),  # Host and :authority parsed once per text
+                ValidateH2HeadersInOnePass(),  # h2's received heads: browsers' and origins'
                 ListenBacklog(LISTEN_BACKLOG),  # connection storms (bench/soak)
                 SizeTlsRecords(tls_records.record_sizes),
                 ReportSplitRequests(split_requests.request_split),

@@ -27,6 +27,7 @@ from reshape.mitm.patches import Patches
 from reshape.mitm.patches.authority_parse_cache import CacheAuthorityParses
 from reshape.mitm.patches.connection_teardown import FinishConnectionTeardown
 from reshape.mitm.patches.engine_join import JoinEngine
+from reshape.mitm.patches.h2_header_validation import ValidateH2HeadersInOnePass
 from reshape.mitm.patches.http1_trailers import CarryHttp1Trailers
 from reshape.mitm.patches.http2_flood_guard import GuardHttp2Floods
 from reshape.mitm.patches.http2_frame_size import DefaultFrameSizeForClients
@@ -49,6 +50,7 @@ def reshape_patches() -> Iterator[None]:
             InlineHooks(),
             SkipMessageTypecheck(),
             CacheAuthorityParses(),
+            ValidateH2HeadersInOnePass(),
             SizeTlsRecords(lambda conn, client, size: None),
             ReportSplitRequests(_ignore),
             CarryHttp1Trailers(),
