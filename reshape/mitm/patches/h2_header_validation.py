@@ -11,7 +11,7 @@ validation off, and it is a security boundary (RFC 9113 §8.2.1: no CR, LF or NU
 HTTP/1.1 origin).
 
 The replacement asks the same questions of each field with C-speed tests (a regular expression
-for the name's characters, `bytes.find` for the value's) and, at the end of the block, the same
+for the name's characters, `bytes.translate` for the value's) and, at the end of the block, the same
 pseudo-header and Host/`:authority` questions. It only ever answers "valid": whenever any test
 fails, the block goes through h2's own chain, which raises exactly the error h2 raises (the same
 message, for the first field at fault). So the fast path must only be sound — every block it
@@ -38,7 +38,7 @@ H2_CHECKED_ON = ("4.3.0",)
 # A field name h2 accepts character by character (RFC 9113 §8.2.1): no controls, space, upper
 # case, DEL or non-ASCII, and a colon only as a pseudo-header's first character. Not empty.
 _VALID_NAME = re.compile(rb":?[\x21-\x39\x3b-\x40\x5b-\x7e]+")
-_FORBIDDEN_IN_VALUE = re.compile(rb"[\r\n\x00]")
+_FORBIDDEN_IN_VALUE = b"\r\n\x00"  # deleted by `translate`: faster than a search or `in`
 _WHITESPACE = (0x20, 0x09)
 _COLON = 0x3A
 _PSEUDO = h2.utilities._ALLOWED_PSEUDO_HEADER_FIELDS
@@ -60,7 +60,7 @@ def _passes(headers: list[Any], flags: h2.utilities.HeaderValidationFlags) -> bo
     try:
         for name, value in headers:
             if value:
-                if _FORBIDDEN_IN_VALUE.search(value) is not None:
+                if len(value.translate(None, _FORBIDDEN_IN_VALUE)) != len(value):
                     return False
                 if value[0] in _WHITESPACE or value[-1] in _WHITESPACE:
                     return False

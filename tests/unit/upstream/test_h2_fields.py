@@ -49,3 +49,14 @@ def test_credentials_and_short_cookies_kept_out_of_the_shared_table() -> None:
 def test_line_breaks_and_nul_refused(value: bytes) -> None:
     with pytest.raises(h2.exceptions.ProtocolError):
         outbound_fields([(b"x-injected", value)])
+
+
+@pytest.mark.parametrize("name", [b"x-a\r\nb", b"x\nb", b"x\0b"])
+def test_line_breaks_and_nul_in_names_refused(name: bytes) -> None:
+    with pytest.raises(h2.exceptions.ProtocolError):
+        outbound_fields([(name, b"1")])
+
+
+@pytest.mark.parametrize("value", [b"\x01\x7f\xff obs-text", b"a\tb", b"\xc3\xa9"])
+def test_other_bytes_in_values_pass(value: bytes) -> None:
+    assert outbound_fields([(b"x-a", value)]) == [(b"x-a", value)]
