@@ -123,17 +123,16 @@ def _tunnel_authority(layer: _http1.Http1Server) -> bytes | None:
 
 
 def _h2_refusal(event: h2.events.RequestReceived) -> Refusal | None:
-    fields: list[tuple[bytes, bytes]] = []
+    # The block as h2 passed it on (bytes, mitmproxy's h2 decodes no text): `refusal` reads only
+    # the fields it checks, which pseudo-fields never are, so they need not be taken out.
+    fields = event.headers or []
     method = authority = b""
-    for name, value in event.headers or ():
-        name, value = bytes(name), bytes(value)
+    for name, value in fields:
         if name == b":method":
             method = value
         elif name == b":authority":
             authority = value
-        elif not name.startswith(b":"):
-            fields.append((name, value))
-    head = RequestHead("HTTP/2.0", method.decode("latin-1"), authority or None, fields)
+    head = RequestHead("HTTP/2.0", bytes(method).decode("latin-1"), authority or None, fields)
     return refusal(head)
 
 
