@@ -245,30 +245,21 @@ def handle_event(self: layer.Layer, event: events.Event) -> layer.CommandGenerat
         # `process`, inlined, as mitmproxy inlines `__process` here: one generator less per
         # layer on every event. mitmproxy keeps this loop twice for that; so does the patch,
         # with the decision that differs in `_completes_in_place`.
+        # A `for` loop rather than mitmproxy's `send`/`next` in `try`: every reply here is None
+        # (`next` sends None), and the loop ends the generator without raising StopIteration,
+        # which costs about half a microsecond per layer and event.
         command_generator = self._handle_event(event)
-        try:
-            command = command_generator.send(None)
-        except StopIteration:
-            return
-        while True:
+        for command in command_generator:
             if self.debug is not None and not isinstance(command, commands.Log):
                 yield self._Layer__debug(f"<< {command}")  # type: ignore[attr-defined]
             if command.blocking is True:
                 if _completes_in_place(command):
-                    try:
-                        command = command_generator.send(None)  # a hook's reply is None
-                    except StopIteration:
-                        return
-                    continue
+                    continue  # a hook's reply is None
                 command.blocking = self
                 self._paused = layer.Paused(command, command_generator)
                 yield command
                 return
             yield command
-            try:
-                command = next(command_generator)
-            except StopIteration:
-                return
 
 
 def process(
