@@ -92,6 +92,12 @@ class GuardHttp1Heads(Patch):
                             f"Request head larger than {guard.max_head_bytes} bytes.",
                         )
                         return
+            if self.state == self.passthrough:
+                # A tunnel (after CONNECT or an upgrade): no head is read any more, nothing to
+                # look at in its commands. Each response through a tunnel is three events here.
+                yield from original_handle_event(self, event)
+                timers.pop(self, None)
+                return
             parsing = reading_head(self) and isinstance(event, events.DataReceived)
             commands_ = original_handle_event(self, event)
             reply = None
