@@ -52,6 +52,7 @@ from reshape.upstream.types import (
     UpstreamRequest,
     UpstreamResponse,
     end_to_end,
+    hop_by_hop,
 )
 
 log = logging.getLogger("reshape.upstream")
@@ -390,12 +391,16 @@ def mitmproxy_response(response: UpstreamResponse, method: bytes) -> http.Respon
     marked chunked, which mitmproxy's HTTP/1 server then uses (its HTTP/2 server drops the
     field). An HTTP/2 origin may send a length and trailers both; when its head announces them
     (a `Trailer` field) the length goes, so that they can follow the body to HTTP/1.1 clients."""
-    headers = end_to_end(response.headers)
-    announced = any(name.lower() == b"trailer" for name, _ in response.headers)
-    if announced and response.http_version == "HTTP/2":
+    fields = response.headers
+    lowered = [name.lower() for name, _ in fields]  # each name lowered once: this runs per response
+    drop = hop_by_hop(fields, lowered)
+    headers = [field for field, name in zip(fields, lowered, strict=True) if name not in drop]
+    has_length = b"content-length" in lowered and b"content-length" not in drop
+    if has_length and b"trailer" in lowered and response.http_version == "HTTP/2":
         headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]
+        has_length = False
     bodiless = method == b"HEAD" or response.status in (204, 304) or response.status < 200
-    if not bodiless and not any(name.lower() == b"content-length" for name, _ in headers):
+    if not bodiless and not has_length:
         headers.append((b"transfer-encoding", b"chunked"))
     reason = response.reason or status_codes.RESPONSES.get(response.status, "").encode()
     return http.Response(

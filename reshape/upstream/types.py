@@ -161,13 +161,21 @@ class ConnectionListener(Protocol):
         likely reached the origin, and is not sent again."""
 
 
-def end_to_end(headers: Headers) -> Headers:
-    """`headers` without hop-by-hop fields, including those the Connection field names."""
-    named = {
+def hop_by_hop(headers: Headers, lowered: list[bytes]) -> frozenset[bytes]:
+    """The names that stop at this hop: HOP_BY_HOP and those the Connection fields name.
+    `lowered`: the names of `headers` in lower case (callers lower each name once)."""
+    if b"connection" not in lowered:
+        return HOP_BY_HOP
+    return HOP_BY_HOP | {
         token.strip().lower()
-        for name, value in headers
-        if name.lower() == b"connection"
+        for (_, value), name in zip(headers, lowered, strict=True)
+        if name == b"connection"
         for token in value.split(b",")
     }
-    drop = HOP_BY_HOP | named
-    return [(name, value) for name, value in headers if name.lower() not in drop]
+
+
+def end_to_end(headers: Headers) -> Headers:
+    """`headers` without hop-by-hop fields, including those the Connection field names."""
+    lowered = [name.lower() for name, _ in headers]
+    drop = hop_by_hop(headers, lowered)
+    return [field for field, name in zip(headers, lowered, strict=True) if name not in drop]

@@ -41,6 +41,18 @@ def test_a_response_without_a_body_gets_no_framing(method: bytes, status: int) -
     assert "transfer-encoding" not in head.headers and head.reason
 
 
+def test_a_length_the_connection_field_names_is_hop_by_hop_and_the_body_is_chunked() -> None:
+    head = mitmproxy_response(
+        Answer(headers=[(b"Content-Length", b"4"), (b"Connection", b"Content-Length")]), b"GET"
+    )
+    assert list(head.headers.fields) == [(b"transfer-encoding", b"chunked")]
+    kept = mitmproxy_response(
+        Answer(headers=[(b"Content-Length", b"4"), (b"Trailer", b"x")], http_version="HTTP/1.1"),
+        b"GET",
+    )
+    assert list(kept.headers.fields) == [(b"Content-Length", b"4")]  # only h2's gives way
+
+
 def test_an_h2_length_gives_way_to_announced_trailers_and_stays_otherwise() -> None:
     announced = Answer(
         headers=[(b"content-length", b"4"), (b"trailer", b"digest")], http_version="HTTP/2"
