@@ -45,9 +45,11 @@ _PSEUDO = h2.utilities._ALLOWED_PSEUDO_HEADER_FIELDS
 _CONNECTION_SPECIFIC = h2.utilities.CONNECTION_HEADERS
 
 # Regular field names already found valid: a browser sends the same dozen on every request, so
-# most names are a set lookup instead of a match. Bounded; beyond it names are matched each time.
+# most names are a set lookup instead of a match. Bounded in count and in each name's length (a
+# peer cannot make it hold much: 4,096 names of up to 64 bytes); other names are matched each time.
 _KNOWN_GOOD_NAMES: set[bytes] = set()
 KNOWN_GOOD_NAMES_KEPT = 4096
+KNOWN_GOOD_NAME_BYTES = 64
 
 
 def _passes(headers: list[Any], flags: h2.utilities.HeaderValidationFlags) -> bool:
@@ -94,7 +96,7 @@ def _passes(headers: list[Any], flags: h2.utilities.HeaderValidationFlags) -> bo
                 host = value
             elif name == b"te" and value.lower() != b"trailers":
                 return False
-            if len(known) < KNOWN_GOOD_NAMES_KEPT:
+            if len(known) < KNOWN_GOOD_NAMES_KEPT and len(name) <= KNOWN_GOOD_NAME_BYTES:
                 known.add(name)
         h2.utilities._check_pseudo_header_field_acceptability(seen_pseudo, method, flags)
     except (ProtocolError, TypeError, ValueError):

@@ -237,3 +237,16 @@ def test_an_h2_release_it_was_not_checked_on_is_refused(monkeypatch: pytest.Monk
     with pytest.raises(PatchError, match="checked on h2 4.3.0, not 9.9.9"):
         ValidateH2HeadersInOnePass().install()
     assert h2.stream.validate_headers is h2.utilities.validate_headers
+
+
+def test_the_names_it_remembers_are_bounded_in_number_and_length() -> None:
+    from reshape.mitm.patches import h2_header_validation as module
+
+    long_name = b"x-" + b"a" * module.KNOWN_GOOD_NAME_BYTES
+    block = [(b":status", b"200"), (long_name, b"1")]
+    assert list(validate_headers(block, RESPONSE)) == block
+    assert long_name not in module._KNOWN_GOOD_NAMES
+    for i in range(module.KNOWN_GOOD_NAMES_KEPT + 100):
+        name = b"x-%d" % i
+        assert list(validate_headers([(b":status", b"200"), (name, b"1")], RESPONSE))
+    assert len(module._KNOWN_GOOD_NAMES) == module.KNOWN_GOOD_NAMES_KEPT  # names past it: matched
