@@ -22,6 +22,7 @@ import pytest
 
 from labkit.pki import OriginPKI
 from tests.support.faulty_origins import (
+    BAD_HEADS,
     CUT_DECLARED,
     Backlog,
     FaultyOrigin,
@@ -122,6 +123,31 @@ def test_h2_stream_reset_by_the_origin(
             # The same origin connection keeps serving the other streams.
             assert http.get(origin.url("/echo/next")).text == "next"
     assert origin.count("/reset") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", POLICIES)
+def test_an_h2_origins_malformed_response_head_never_reaches_the_client(
+    start_reshape: StartProxy, tmp_path: Path, origin_pki: OriginPKI, policy: str
+) -> None:
+    # The engine's HTTP/2 connections check what origins send (h2's validation, answered by
+    # reshape/mitm/patches/h2_header_validation.py): a head RFC 9113 forbids is a 502, not a
+    # field relayed to an HTTP/1.1 client, and the next request is served.
+    proxy = start(start_reshape, tmp_path, policy)
+    with FaultyOrigin("127.0.0.68", tls=origin_pki.issue(["127.0.0.68"])) as origin:
+        trust = ssl.create_default_context(cafile=str(proxy.ca_cert))
+        with client(proxy, verify=trust) as http:
+            for kind in BAD_HEADS:
+                bad = http.get(origin.url(f"/bad-head/{kind}"))
+                assert bad.status_code == 502, (kind, bad.text)
+                assert "x-injected" not in bad.headers and bad.text != "bad"
+                assert http.get(origin.url(f"/echo/after-{kind}")).text == f"after-{kind}"
+                # The malformed head fails the whole origin connection; a GET may go again
+                # on a new one (idempotent), once.
+                assert origin.count(f"/bad-head/{kind}") in (1, 2)
+            post = http.post(origin.url("/bad-head/crlf?via=post"), content=b"once")
+            assert post.status_code == 502, post.text
+    assert origin.count("/bad-head/crlf?via=post") == 1  # not idempotent: never sent twice
 
 
 @pytest.mark.slow

@@ -9,7 +9,10 @@ in `seen` (method and path, in order of arrival), and answers by path:
   1,000 bytes of body, then a TCP reset — a response cut mid-body;
 - `/silent`: reads the request and never answers;
 - `/drop`, `/drop/get`: read the request, then reset the connection without a byte of answer;
-- `/reset` (HTTP/2): RST_STREAM INTERNAL_ERROR before any response head.
+- `/reset` (HTTP/2): RST_STREAM INTERNAL_ERROR before any response head;
+- `/bad-head/<kind>` (HTTP/2): a response head RFC 9113 §8.2 forbids (`BAD_HEADS`: a line
+  break in a value, an upper-case name, a value with surrounding space, a connection-specific
+  field), sent with the origin's own HTTP/2 checks turned off.
 
 `unreachable_address()` is a loopback port nothing listens on (connection refused);
 `Backlog` is a listener whose accept queue is full, so a connect to it hangs (connect timeout).
@@ -142,6 +145,13 @@ class FaultyOrigin(ScriptedOrigin):
                 path_of[event.stream_id] = path
                 if path == "/reset":
                     connection.reset_stream(event.stream_id, h2.errors.ErrorCodes.INTERNAL_ERROR)
+                elif path.startswith("/bad-head/"):
+                    connection.config.validate_outbound_headers = False
+                    connection.config.normalize_outbound_headers = False
+                    bad = BAD_HEADS[path.rsplit("/", 1)[-1]]
+                    connection.send_headers(event.stream_id, [(b":status", b"200"), bad])
+                    connection.send_data(event.stream_id, b"bad", end_stream=True)
+                    writer.write(connection.data_to_send())
                 else:
                     task = asyncio.create_task(answer(event.stream_id, path, query))
                     pending.add(task)
@@ -150,6 +160,15 @@ class FaultyOrigin(ScriptedOrigin):
                 path = path_of.get(event.stream_id, "")
                 self.received[path] = self.received.get(path, 0) + len(event.data)
                 connection.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+
+
+# What `/bad-head/<kind>` puts in its response head beside `:status`.
+BAD_HEADS = {
+    "crlf": (b"x-bad", b"a\r\nx-injected: 1"),
+    "upper": (b"X-Upper", b"1"),
+    "space": (b"x-space", b" padded"),
+    "connection": (b"connection", b"close"),
+}
 
 
 def _split(target: bytes) -> tuple[str, dict[str, str]]:
