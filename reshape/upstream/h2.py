@@ -31,6 +31,7 @@ from reshape.upstream.types import (
     Unanswered,
     UpstreamError,
     UpstreamRequest,
+    holds_line_break_or_nul,
 )
 from reshape.upstream.wire import Wire, WireError
 
@@ -153,7 +154,6 @@ class _GoawayTolerantConnection(h2.connection.H2Connection):
 # from the lengths of its own requests.
 _SECRET = frozenset({b"authorization"})  # Proxy-Authorization is hop-by-hop: never sent
 _SHORT_COOKIE = 20
-_LINE_BREAK_OR_NUL = b"\r\n\0"
 
 
 def outbound_fields(fields: Headers) -> list[tuple[bytes, bytes]]:
@@ -170,10 +170,7 @@ def outbound_fields(fields: Headers) -> list[tuple[bytes, bytes]]:
         if name in HOP_BY_HOP or name.startswith(b":") or not name:
             continue
         value = value.strip(b" \t")
-        # `translate` deleting the three: one C pass, several times faster than `in` thrice.
-        if len(value.translate(None, _LINE_BREAK_OR_NUL)) != len(value) or len(
-            name.translate(None, _LINE_BREAK_OR_NUL)
-        ) != len(name):
+        if holds_line_break_or_nul(value) or holds_line_break_or_nul(name):
             raise h2.exceptions.ProtocolError(f"field {name!r} holds a line break or NUL")
         if name in _SECRET or (name == b"cookie" and len(value) < _SHORT_COOKIE):
             ready.append(NeverIndexedHeaderTuple(name, value))

@@ -161,6 +161,16 @@ class ConnectionListener(Protocol):
         likely reached the origin, and is not sent again."""
 
 
+_LINE_BREAK_OR_NUL = b"\r\n\x00"
+
+
+def holds_line_break_or_nul(data: bytes) -> bool:
+    """Whether a field name or value holds CR, LF or NUL, which no HTTP version lets through
+    (RFC 9113 §8.2.1, RFC 9110 §5.5). `translate` deleting the three is one pass in C, several
+    times faster than three `in` tests (each takes a buffer) or a regular expression."""
+    return len(data.translate(None, _LINE_BREAK_OR_NUL)) != len(data)
+
+
 def hop_by_hop(headers: Headers, lowered: list[bytes]) -> frozenset[bytes]:
     """The names that stop at this hop: HOP_BY_HOP and those the Connection fields name.
     `lowered`: the names of `headers` in lower case (callers lower each name once)."""
