@@ -13,6 +13,7 @@ import collections
 import contextlib
 import importlib.metadata
 import logging
+import time
 
 import h2.config
 import h2.connection
@@ -45,6 +46,11 @@ STREAM_WINDOW = 6 << 20
 CONNECTION_WINDOW = 16 << 20
 # Servers that announce no limit get this many concurrent streams from us.
 DEFAULT_MAX_STREAMS = 100
+# A request handed over waits at most this long (of the proxy's own work on other requests) for
+# others to share its write; then what has gathered leaves at once. See `H2Upstream._flush_soon`.
+# Measured (bench/RESULTS.md, 2026-11-24): a write per request loaded the lab's app page no
+# faster and cost ~3% more CPU per request under a steady load; 1 ms cost as much; 3 ms ~1%.
+COALESCE_SECONDS = 0.003
 
 
 def _error_name(code: int | None) -> str:
@@ -202,6 +208,7 @@ class H2Upstream:
         self._reader: asyncio.Task[None] | None = None
         self.closed = False
         self._flush_scheduled = False
+        self._unsent_since: float | None = None  # when what h2 holds began to wait, if it does
         self._lost_reported = False
         self.settings_received = asyncio.Event()
         # The waiter of a stream opened before the origin's SETTINGS arrived: the one request
@@ -229,9 +236,19 @@ class H2Upstream:
         return DEFAULT_MAX_STREAMS if announced is None or announced > 2**20 else announced
 
     def _flush_soon(self) -> None:
-        """Send what h2 has at the end of this turn of the event loop: the requests that
-        clients hand over in the same turn leave in one write (one TLS record, one system call).
-        Any `_flush` before then sends them all, in order: h2 keeps one outgoing buffer."""
+        """Send what h2 has soon: at the end of this turn of the event loop, or at once if
+        something has waited COALESCE_SECONDS already. Requests handed over close together leave
+        in one write (one TLS record, one system call), yet a burst of them (a browser's 48 image
+        requests, read in one piece and turned into requests one by one, ~0.5 ms each) does not
+        wait for the whole turn: its first requests are on the way while the proxy works on the
+        rest, and their responses come back while it works on those. Any `_flush` sends
+        everything, in order: h2 keeps one outgoing buffer."""
+        now = time.monotonic()
+        if self._unsent_since is None:
+            self._unsent_since = now
+        elif now - self._unsent_since >= COALESCE_SECONDS:
+            self._flush()
+            return
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._scheduled_flush)
@@ -241,6 +258,7 @@ class H2Upstream:
         self._flush()
 
     def _flush(self) -> None:
+        self._unsent_since = None
         data = self.h2.data_to_send()
         if data and not self.closed:
             # On failure the reader task sees the close and fails the streams.
@@ -284,8 +302,8 @@ class H2Upstream:
                     self.h2.send_headers(stream_id, trailers, end_stream=True)
                 else:
                     self.h2.end_stream(stream_id)
-            # Head and body go out in one write when the windows allow it, with the other
-            # requests of this turn.
+            # Head and body go out in one write when the windows allow it, with the requests
+            # handed over close to it.
             self._flush_soon()
             await response.head
         except h2.exceptions.ProtocolError as e:

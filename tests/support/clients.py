@@ -1,18 +1,24 @@
-"""Clients for the tests: urllib and curl for whole requests, raw bytes on a socket, and a
-well-behaved client that keeps asking (in a thread) while a test misbehaves, to show everyone else
-is still served."""
+"""Clients for the tests: urllib and curl for whole requests, raw bytes on a socket, a burst of
+HTTP/2 requests in one write, and a well-behaved client that keeps asking (in a thread) while a
+test misbehaves, to show everyone else is still served."""
 
 from __future__ import annotations
 
 import contextlib
 import http.client
 import socket
+import ssl
 import subprocess
 import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Self
+
+import h2.config
+import h2.connection
+import h2.events
 
 
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
@@ -140,3 +146,72 @@ def read_response(sock: socket.socket) -> bytes:
             break
         body += piece
     return head + b"\r\n\r\n" + body
+
+
+def h2_tunnel(proxy: tuple[str, int], origin: tuple[str, int], trust: Path) -> ssl.SSLSocket:
+    """A TLS connection to `origin` through `proxy`'s CONNECT tunnel, HTTP/2 agreed by ALPN
+    (`trust`: the proxy's CA)."""
+    target = f"{origin[0]}:{origin[1]}"
+    raw = socket.create_connection(proxy, timeout=10)
+    try:
+        raw.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            piece = raw.recv(4096)
+            assert piece, head
+            head += piece
+        assert head.startswith(b"HTTP/1.1 200"), head
+        context = ssl.create_default_context(cafile=str(trust))
+        context.set_alpn_protocols(["h2"])
+        sock = context.wrap_socket(raw, server_hostname=origin[0])
+    except BaseException:
+        raw.close()
+        raise
+    assert sock.selected_alpn_protocol() == "h2"
+    return sock
+
+
+def h2_burst(
+    proxy: tuple[str, int], origin: tuple[str, int], trust: Path, paths: list[str]
+) -> dict[str, tuple[int, bytes]]:
+    """GET every path of `origin` through `proxy` (CONNECT, TLS with ALPN h2, `trust` the proxy's
+    CA) on one HTTP/2 connection, all requests in one write, as a browser sends a burst: status
+    and body per path."""
+    target = f"{origin[0]}:{origin[1]}"
+    with h2_tunnel(proxy, origin, trust) as sock:
+        conn = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, header_encoding=None)
+        )
+        conn.initiate_connection()
+        sock.sendall(conn.data_to_send())
+        path_of: dict[int, str] = {}
+        for path in paths:
+            stream_id = conn.get_next_available_stream_id()
+            path_of[stream_id] = path
+            conn.send_headers(
+                stream_id,
+                [
+                    (b":method", b"GET"),
+                    (b":scheme", b"https"),
+                    (b":authority", target.encode()),
+                    (b":path", path.encode()),
+                ],
+                end_stream=True,
+            )
+        sock.sendall(conn.data_to_send())
+        statuses: dict[int, int] = {}
+        bodies: dict[int, bytes] = {stream_id: b"" for stream_id in path_of}
+        ended: set[int] = set()
+        while len(ended) < len(paths):
+            data = sock.recv(65536)
+            assert data, f"the proxy closed with {len(paths) - len(ended)} responses to come"
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.ResponseReceived):
+                    statuses[event.stream_id] = int(dict(event.headers or [])[b":status"])
+                elif isinstance(event, h2.events.DataReceived):
+                    bodies[event.stream_id] += event.data
+                    conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.StreamEnded):
+                    ended.add(event.stream_id)
+            sock.sendall(conn.data_to_send())
+    return {path_of[i]: (statuses.get(i, 0), bodies[i]) for i in path_of}

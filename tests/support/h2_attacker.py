@@ -4,7 +4,6 @@ breaks the protocol. It reports how the proxy ended the connection."""
 
 from __future__ import annotations
 
-import socket
 import ssl
 import time
 from dataclasses import dataclass
@@ -14,6 +13,8 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
+
+from tests.support.clients import h2_tunnel
 
 
 @dataclass
@@ -31,19 +32,8 @@ def attack(
 ) -> Outcome:
     """Open an HTTP/2 connection to `origin` through `proxy` and send `frames` frames of `kind`
     (reset, settings, ping, protocol), as fast as the socket takes them."""
-    raw = socket.create_connection(proxy, timeout=10)
     target = f"{origin[0]}:{origin[1]}"
-    raw.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
-    head = b""
-    while b"\r\n\r\n" not in head:
-        piece = raw.recv(4096)
-        assert piece, head
-        head += piece
-    assert head.startswith(b"HTTP/1.1 200"), head
-    context = ssl.create_default_context(cafile=str(trust))
-    context.set_alpn_protocols(["h2"])
-    sock = context.wrap_socket(raw, server_hostname=origin[0])
-    assert sock.selected_alpn_protocol() == "h2"
+    sock = h2_tunnel(proxy, origin, trust)
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     conn.initiate_connection()
     sock.sendall(conn.data_to_send())

@@ -219,3 +219,29 @@ class InterimThenReadAllOrigin(ScriptedOrigin):
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(answer) + answer)
         await writer.drain()
         writer.close()
+
+
+class ReadCountingH2Origin(ScriptedOrigin):
+    """An HTTP/2 origin (TLS, ALPN h2) that answers every GET with its path, and records how many
+    requests each of its reads brought (`requests_per_read`, reads that brought none left out):
+    how a proxy's writes reach it."""
+
+    def __init__(self, host: str, tls: IssuedCert) -> None:
+        super().__init__(host, tls, alpn=("h2",))
+        self.requests_per_read: list[int] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = h2_server(writer)
+        while data := await reader.read(65536):
+            events = connection.receive_data(data)
+            received = [e for e in events if isinstance(e, h2.events.RequestReceived)]
+            if received:
+                self.requests_per_read.append(len(received))
+            for event in received:
+                path = dict(event.headers or [])[b":path"]
+                connection.send_headers(
+                    event.stream_id,
+                    [(b":status", b"200"), (b"content-length", str(len(path)).encode())],
+                )
+                connection.send_data(event.stream_id, path, end_stream=True)
+            writer.write(connection.data_to_send())

@@ -17,12 +17,14 @@ import pytest
 from labkit.origins import hypercorn_origin, nginx_origin
 from labkit.pki import OriginPKI
 from labkit.relay import RelayThread, relays
+from tests.support.clients import h2_burst
 from tests.support.memory import RssPeak
 from tests.support.reshape_process import RunningProxy, StartProxy
 from tests.support.scripted_origins import (
     EarlyAnswerOrigin,
     InterimThenReadAllOrigin,
     PipelineBreakingOrigin,
+    ReadCountingH2Origin,
     SlowOrigin,
 )
 
@@ -265,6 +267,26 @@ def test_post_head_and_body_written_apart_reach_the_origin_in_one_segment(
     assert len(posts) == 1, payloads
     assert posts[0].endswith(body)
     assert proxy.metric("reshape_post_coalesced_total") == 1
+
+
+def test_a_burst_read_in_one_piece_starts_reaching_the_origin_before_the_proxy_is_through_it(
+    start_reshape: StartProxy, tmp_path: Path, origin_pki: OriginPKI
+) -> None:
+    # A browser's 40 requests in one write: the proxy turns them into requests one at a time
+    # (well over the engine's 3 ms coalescing window in all), and the first leave while it works
+    # on the rest, so the origin reads them in more than one piece. Every answer to its own
+    # stream.
+    proxy = start_reshape(policy=policy_file(tmp_path, "{}"))
+    paths = [f"/tile-{i:02d}.png" for i in range(40)]
+    with ReadCountingH2Origin("127.0.0.2", origin_pki.issue(["127.0.0.2"])) as origin:
+        host, port = proxy.listen.split(":")
+        via = ((host, int(port)), (origin.host, origin.port), proxy.ca_cert)
+        assert h2_burst(*via, ["/warm"]) == {"/warm": (200, b"/warm")}
+        origin.requests_per_read.clear()
+        answers = h2_burst(*via, paths)
+    assert answers == {path: (200, path.encode()) for path in paths}
+    assert sum(origin.requests_per_read) == len(paths)
+    assert len(origin.requests_per_read) >= 2, origin.requests_per_read
 
 
 def _wait_for_capture(tshark: subprocess.Popen[bytes]) -> None:
