@@ -267,9 +267,19 @@ def test_static_mode_opens_static_connections_on_first_sight(
     with client(proxy) as browser:
         navigate(browser, lab)
     # The request's own connection and 2 warm ones, which the page does not use (IE9's waste).
+    # The request takes whichever of the three is ready first (the pool serves a waiting request
+    # on the first free connection): usually its own, which it opened first; should a warm one
+    # be ready before it, that one is counted as used and its own stays an ordinary connection.
     assert wait_for(lambda: lab.accepted("www") == 4)
-    assert wait_for(lambda: proxy.metric("reshape_preconnects_total", outcome="unused") == 2)
-    assert preconnected(proxy) == 0
+
+    def unused() -> float:
+        return proxy.metric("reshape_preconnects_total", outcome="unused")
+
+    assert wait_for(lambda: unused() + preconnected(proxy) == 2), (
+        f"warm connections unused {unused()}, used {preconnected(proxy)}; "
+        f"origin connections {lab.accepted('www')}"
+    )
+    assert preconnected(proxy) <= 1
 
 
 def learned_first_parties(path: Path) -> list[str]:
