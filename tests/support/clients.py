@@ -167,7 +167,10 @@ def h2_tunnel(proxy: tuple[str, int], origin: tuple[str, int], trust: Path) -> s
     except BaseException:
         raw.close()
         raise
-    assert sock.selected_alpn_protocol() == "h2"
+    agreed = sock.selected_alpn_protocol()
+    if agreed != "h2":
+        sock.close()
+        raise AssertionError(f"ALPN {agreed!r}, not h2")
     return sock
 
 
