@@ -72,11 +72,18 @@ lab-plt lab-booster: lab-%: test-deps
 # mitmproxy's own test suite with reshape's patches installed (tests/mitmproxy_suite/): needs a
 # checkout of mitmproxy at the pinned release, e.g. `git clone -b v12.2.3 https://github.com/
 # mitmproxy/mitmproxy`, whose test/ is not in the wheel: make mitmproxy-suite MITMPROXY_SRC=...
+# Two of its tlsconfig tests fail here with or without the patches (they expect messages this
+# OpenSSL build does not give for SSL 3 and TLS 1.0): deselected. `-c /dev/null`: pytest 9 refuses
+# mitmproxy's pyproject.toml, which holds both of pytest's configuration tables.
 MITMPROXY_SRC ?=
+MITMPROXY_DESELECT := --deselect test/mitmproxy/addons/test_tlsconfig.py::TestTlsConfig::test_configure_tls_version \
+  --deselect test/mitmproxy/addons/test_tlsconfig.py::TestTlsConfig::test_configure_ciphers
 mitmproxy-suite: $(VENV)/.test-installed
 	@test -n "$(MITMPROXY_SRC)" || { echo "make mitmproxy-suite: set MITMPROXY_SRC to a mitmproxy checkout"; exit 2; }
-	cd $(MITMPROXY_SRC) && PYTHONPATH=$(CURDIR) $(CURDIR)/$(BIN)/python -m pytest -q -p no:cacheprovider \
-	  -p tests.mitmproxy_suite.reshape_patches -o asyncio_mode=auto test/mitmproxy/proxy test/mitmproxy/test_http.py
+	cd $(MITMPROXY_SRC) && PYTHONPATH=$(CURDIR) $(CURDIR)/$(BIN)/python -m pytest -c /dev/null --rootdir . \
+	  -q -p no:cacheprovider -p tests.mitmproxy_suite.reshape_patches -o asyncio_mode=auto \
+	  test/mitmproxy/proxy test/mitmproxy/test_http.py test/mitmproxy/addons/test_tlsconfig.py \
+	  $(MITMPROXY_DESELECT)
 
 # Re-resolve the pins in pyproject.toml into the lock files (needs the package registry).
 lock:

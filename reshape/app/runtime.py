@@ -62,6 +62,7 @@ from reshape.mitm.connections import (
 )
 from reshape.mitm.patches import Patches
 from reshape.mitm.patches.authority_parse_cache import CacheAuthorityParses
+from reshape.mitm.patches.client_tls_contexts import ReuseClientTlsContexts
 from reshape.mitm.patches.connection_teardown import FinishConnectionTeardown
 from reshape.mitm.patches.engine_join import JoinEngine
 from reshape.mitm.patches.h2_header_validation import ValidateH2HeadersInOnePass
@@ -199,6 +200,7 @@ class ProxyProcess:
                 InlineHooks(),  # hooks in the pass that raised them; one write per pass
                 SkipMessageTypecheck(),
                 CacheAuthorityParses(),  # Host and :authority parsed once per text
+                ReuseClientTlsContexts(),  # a client's TLS: the host's certificate loaded once
                 ValidateH2HeadersInOnePass(),  # h2's received heads: browsers' and origins'
                 ListenBacklog(LISTEN_BACKLOG),  # connection storms (bench/soak)
                 SizeTlsRecords(tls_records.record_sizes),

@@ -25,6 +25,7 @@ import pytest
 
 from reshape.mitm.patches import Patches
 from reshape.mitm.patches.authority_parse_cache import CacheAuthorityParses
+from reshape.mitm.patches.client_tls_contexts import ReuseClientTlsContexts
 from reshape.mitm.patches.connection_teardown import FinishConnectionTeardown
 from reshape.mitm.patches.engine_join import JoinEngine
 from reshape.mitm.patches.h2_header_validation import ValidateH2HeadersInOnePass
@@ -50,6 +51,7 @@ def reshape_patches() -> Iterator[None]:
             InlineHooks(),
             SkipMessageTypecheck(),
             CacheAuthorityParses(),
+            ReuseClientTlsContexts(),
             ValidateH2HeadersInOnePass(),
             SizeTlsRecords(lambda conn, client, size: None),
             ReportSplitRequests(_ignore),
