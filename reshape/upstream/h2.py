@@ -25,6 +25,7 @@ from h2.errors import ErrorCodes
 from hpack import NeverIndexedHeaderTuple
 
 from reshape.base.errors import ReshapeError
+from reshape.upstream.hpack_table import IndexedHeaderTable
 from reshape.upstream.types import (
     HOP_BY_HOP,
     ConnectionListener,
@@ -118,8 +119,10 @@ class H2Response:
 
 
 # The h2 releases `_GoawayTolerantConnection` was read against and tested on: it overrides a
-# private method, so any other release is refused at start-up (`check_h2_version`).
+# private method, so any other release is refused at start-up (`check_h2_version`); likewise the
+# hpack releases `IndexedHeaderTable` (reshape/upstream/hpack_table.py) extends the table of.
 H2_CHECKED_ON = ("4.3.0",)
+HPACK_CHECKED_ON = ("4.2.0",)
 
 
 class H2VersionError(ReshapeError):
@@ -133,6 +136,13 @@ def check_h2_version() -> None:
             f"reshape's HTTP/2 upstream connection was checked on h2 "
             f"{', '.join(H2_CHECKED_ON)}, not {version}: pin h2 or re-check "
             "reshape/upstream/h2.py (_GoawayTolerantConnection)"
+        )
+    version = importlib.metadata.version("hpack")
+    if version not in HPACK_CHECKED_ON:
+        raise H2VersionError(
+            f"reshape's HTTP/2 upstream connection was checked on hpack "
+            f"{', '.join(HPACK_CHECKED_ON)}, not {version}: pin hpack or re-check "
+            "reshape/upstream/hpack_table.py"
         )
 
 
@@ -200,6 +210,7 @@ class H2Upstream:
             normalize_outbound_headers=False,
         )
         self.h2 = _GoawayTolerantConnection(config)
+        self.h2.encoder.header_table = IndexedHeaderTable()
         self._streams: dict[int, H2Response] = {}
         self._waiter_of: dict[int, int] = {}  # stream id → pool waiter id
         self._window_open = asyncio.Event()

@@ -8,6 +8,7 @@ where offered, no pipelining).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -105,6 +106,12 @@ def route(
     )
 
 
+# Distinct hosts whose kind is remembered (`_is_ip` runs for every https request; parsing an
+# address, or failing to parse a name, was 1.5% of the pool's CPU per request in a burst profile).
+KNOWN_HOSTS = 4096
+
+
+@functools.lru_cache(maxsize=KNOWN_HOSTS)
 def _is_ip(host: str) -> bool:
     try:
         ipaddress.ip_address(host)
