@@ -64,6 +64,7 @@ from reshape.mitm.patches import Patches
 from reshape.mitm.patches.authority_parse_cache import CacheAuthorityParses
 from reshape.mitm.patches.client_tls_contexts import ReuseClientTlsContexts
 from reshape.mitm.patches.connection_teardown import FinishConnectionTeardown
+from reshape.mitm.patches.context_fork import ForkContextsWithoutAServer
 from reshape.mitm.patches.engine_join import JoinEngine
 from reshape.mitm.patches.h2_header_validation import ValidateH2HeadersInOnePass
 from reshape.mitm.patches.http1_head_guard import GuardHttp1Heads
@@ -201,6 +202,7 @@ class ProxyProcess:
                 SkipMessageTypecheck(),
                 CacheAuthorityParses(),  # Host and :authority parsed once per text
                 ReuseClientTlsContexts(),  # a client's TLS: the host's certificate loaded once
+                ForkContextsWithoutAServer(),  # a request's context without a throwaway server
                 ValidateH2HeadersInOnePass(),  # h2's received heads: browsers' and origins'
                 ListenBacklog(LISTEN_BACKLOG),  # connection storms (bench/soak)
                 SizeTlsRecords(tls_records.record_sizes),
