@@ -16,6 +16,11 @@ from reshape.policy.chooser import selection_of
 from reshape.policy.schema import Policy, UpstreamKnobs
 from reshape.upstream.engine import Route
 
+# Routes remembered (a route is the same for every request of one client connection to one
+# destination under one policy; building it was 1.8% of the pool's CPU per request in a burst
+# profile). When full, forgotten all at once.
+ROUTES_KEPT = 4096
+
 
 class PoolRouting:
     def __init__(
@@ -27,6 +32,9 @@ class PoolRouting:
         # The proxy's own addresses: every route's connections are checked against them and
         # against its policy's `destinations` once connected.
         self.own = own
+        # (destination, policy's identity, name, arm, client, client address) → (policy, route);
+        # the policy is kept so that its identity cannot be reused by another (a reload).
+        self._routes: dict[tuple[object, ...], tuple[Policy, Route]] = {}
 
     def route_to(
         self,
@@ -37,7 +45,11 @@ class PoolRouting:
         client: str | None = None,
         client_address: str | None = None,
     ) -> Route:
-        return route(
+        key = (destination, id(policy), policy_name, arm, client, client_address)
+        known = self._routes.get(key)
+        if known is not None and known[0] is policy:
+            return known[1]
+        made = route(
             destination,
             policy,
             policy_name,
@@ -47,6 +59,10 @@ class PoolRouting:
             defaults=self.defaults,
             own=self.own,
         )
+        if len(self._routes) >= ROUTES_KEPT:
+            self._routes.clear()
+        self._routes[key] = (policy, made)
+        return made
 
     def route_for(self, flow: http.HTTPFlow) -> Route | None:
         request = flow.request
