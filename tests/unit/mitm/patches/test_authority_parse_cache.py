@@ -60,3 +60,19 @@ def test_requests_read_their_host_through_it_and_uninstall_restores_the_original
         assert request.pretty_host == request.pretty_host == "shop.example"
         assert (info().misses, info().hits) == (before.misses + 1, before.hits + 1)
     assert url.parse_authority is original
+
+
+@pytest.mark.parametrize(
+    "raw", [b"example.com:443", b"EXAMPLE.com", b"xn--bcher-kva.example", b"b\xc3\xbccher", b""]
+)
+def test_a_request_reads_its_authority_as_before_and_sets_it_as_before(raw: bytes) -> None:
+    request = tutils.treq()
+    request.data.authority = raw
+    expected = request.authority
+    with Patches([CacheAuthorityParses()]):
+        assert request.authority == request.authority == expected
+        request.authority = "b\u00fccher.example"  # the setter: mitmproxy's own
+        assert request.data.authority == b"xn--bcher-kva.example"
+        assert request.authority == "b\u00fccher.example"
+    request.data.authority = raw
+    assert request.authority == expected  # uninstalled: mitmproxy's property again
