@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from mitmproxy import connection, http
 from mitmproxy.proxy import commands, events, layer
@@ -40,7 +40,12 @@ from mitmproxy.proxy.layers.http._events import (
 
 class EngineServer(connection.Server):
     """A server connection carried by reshape's engine: the address says where requests go, but
-    no socket exists; the engine's pooled connections carry them."""
+    no socket exists; the engine's pooled connections carry them.
+
+    `open_in_place(handler)`, set by the engine join, opens it at once for mitmproxy's
+    `ConnectionHandler`: there is nothing to wait for (reshape/mitm/patches/inline_hooks.py)."""
+
+    open_in_place: Callable[[Any], None] | None = None
 
 
 @dataclass

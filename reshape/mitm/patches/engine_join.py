@@ -18,7 +18,10 @@ bytes go. This patch:
 - `ConnectionHandler.open_connection`: opens an `EngineServer` without a socket: its
   `EngineChannel` (reshape/mitm/engine_channel.py) becomes the transport, and the handler's task
   for it lives until the client connection ends (then everything the channel runs is cancelled).
-  No server-connection hooks run: the engine's pool reports its own connections.
+  No server-connection hooks run: the engine's pool reports its own connections. In a pass of
+  reshape's `server_event` (reshape/mitm/patches/inline_hooks.py) the connection opens in that
+  pass (`EngineServer.open_in_place`), so a new client connection's first requests go on
+  without waiting for a turn of the event loop; the handler task then only waits for the end.
 - `ConnectionHandler.close_connection`: closing an `EngineServer` (mitmproxy does so after an
   invalid response) ends nothing shared: its streams are ended one by one.
 """
@@ -110,6 +113,7 @@ class JoinEngine(Patch):
             channel = join._channels[engine_server] = EngineChannel(
                 join.engine, engine_server, lambda stream_id: _client_backlog(self, stream_id)
             )
+            engine_server.open_in_place = lambda handler: _open(engine_server, channel, handler)
             layer = EngineClient(context, channel, lambda sid: _flow_of(self, sid))
             self.connections[engine_server] = layer
             self.waiting_for_establishment[engine_server].append(event)
@@ -126,13 +130,15 @@ class JoinEngine(Patch):
             channel = join._channels.get(engine_server)
             if not isinstance(engine_server, EngineServer) or channel is None:
                 return await original(self, command)
-            channel.handler = self
-            engine_server.timestamp_start = time.time()
-            engine_server.state = ConnectionState.OPEN
             cancelled: asyncio.CancelledError | None = None
             try:
-                await self.server_event(events.OpenConnectionCompleted(command, None))
-                self.transports[engine_server].writer = channel  # type: ignore[assignment]
+                if channel.handler is None:
+                    # The pass that asked for the connection opens it once this task exists
+                    # (mitmproxy's tasks start eagerly: this runs first); give it its turn.
+                    await asyncio.sleep(0)
+                if channel.handler is None:  # not opened in place: a pass without InlineHooks
+                    _open(engine_server, channel, self)
+                    await self.server_event(events.OpenConnectionCompleted(command, None))
                 await channel.closed.wait()
             except asyncio.CancelledError as e:
                 cancelled = e
@@ -157,6 +163,22 @@ class JoinEngine(Patch):
             original(self, connection, half_close)
 
         yield server.ConnectionHandler, "close_connection", close_connection
+
+
+def _open(
+    engine_server: EngineServer, channel: EngineChannel, handler: server.ConnectionHandler
+) -> None:
+    """The engine connection is open: its channel is its writer and answers through `handler`.
+    Whenever its handler task ends, the channel closes (its exchanges stop, a client's own pools
+    go), also if the task was cancelled before it ever ran: opened in place, nothing waits for
+    the task to start, and a client can send its requests and go at once."""
+    channel.handler = handler
+    engine_server.timestamp_start = time.time()
+    engine_server.state = ConnectionState.OPEN
+    io = handler.transports[engine_server]
+    io.writer = channel  # type: ignore[assignment]
+    if io.handler is not None:
+        io.handler.add_done_callback(lambda _: channel.close())
 
 
 def _client_backlog(layer: HttpLayer, stream_id: int) -> int:

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from mitmproxy import exceptions, http, options
-from mitmproxy.proxy import commands, events
+from mitmproxy import connection, exceptions, http, options
+from mitmproxy.proxy import commands, events, server
 from mitmproxy.proxy.context import Context
 from mitmproxy.proxy.layer import CommandGenerator, Layer
 from mitmproxy.proxy.layers.http import HttpRequestHook
@@ -226,3 +226,66 @@ def test_a_hook_with_a_coroutine_handler_takes_mitmproxys_path() -> None:
         out = list(layer.handle_event(events.Start()))
         assert in_pass is not None and not in_pass.intercepted(hook_of(out))
     assert names(out) == ["HttpRequestHook"] and out[0].blocking is layer
+
+
+# Connections without a socket open in the pass that asks for them.
+
+
+class Opener(Layer):
+    """A layer that opens `server` and logs the reply it got."""
+
+    def __init__(self, context: Context, server: connection.Server) -> None:
+        super().__init__(context)
+        self.server = server
+        self.replies: list[object] = []
+
+    def _handle_event(self, event: events.Event) -> CommandGenerator[None]:
+        if isinstance(event, events.Start):
+            err = yield commands.OpenConnection(self.server)
+            self.replies.append(err if err is not None else "opened")
+
+
+class Socketless(connection.Server):
+    pass
+
+
+def handler_with(layer_of: Any) -> Any:
+    class Handler(server.ConnectionHandler):
+        async def handle_hook(self, hook: commands.StartHook) -> None:
+            pass
+
+        def log(self, message: str, level: int = logging.INFO, exc_info: Any = None) -> None:
+            pass
+
+    context = Context(tflow.tclient_conn(), options.Options())
+    handler = Handler(context)
+    handler.layer = layer_of(context)
+    return handler
+
+
+@pytest.mark.usefixtures("inline_hooks")
+def test_a_socketless_connection_opens_in_the_pass_that_asks_for_it() -> None:
+    async def main() -> None:
+        target = Socketless(address=("origin.example", 443))
+        opened_by: list[object] = []
+        target.open_in_place = opened_by.append  # type: ignore[attr-defined]
+        handler = handler_with(lambda context: Opener(context, target))
+        handler.open_connection = lambda command: asyncio.sleep(0)  # the lifetime task
+        await handler.server_event(events.Start())
+        assert handler.layer.replies == ["opened"]  # before server_event returned
+        assert opened_by == [handler] and target in handler.transports
+
+    asyncio.run(main())
+
+
+@pytest.mark.usefixtures("inline_hooks")
+def test_a_connection_with_a_socket_waits_for_its_handler_task() -> None:
+    async def main() -> None:
+        target = connection.Server(address=("origin.example", 443))
+        handler = handler_with(lambda context: Opener(context, target))
+        handler.open_connection = lambda command: asyncio.sleep(0)
+        await handler.server_event(events.Start())
+        assert handler.layer.replies == []  # paused until OpenConnectionCompleted comes
+        assert target in handler.transports
+
+    asyncio.run(main())
