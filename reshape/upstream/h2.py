@@ -130,20 +130,16 @@ class H2VersionError(ReshapeError):
 
 
 def check_h2_version() -> None:
-    version = importlib.metadata.version("h2")
-    if version not in H2_CHECKED_ON:
-        raise H2VersionError(
-            f"reshape's HTTP/2 upstream connection was checked on h2 "
-            f"{', '.join(H2_CHECKED_ON)}, not {version}: pin h2 or re-check "
-            "reshape/upstream/h2.py (_GoawayTolerantConnection)"
-        )
-    version = importlib.metadata.version("hpack")
-    if version not in HPACK_CHECKED_ON:
-        raise H2VersionError(
-            f"reshape's HTTP/2 upstream connection was checked on hpack "
-            f"{', '.join(HPACK_CHECKED_ON)}, not {version}: pin hpack or re-check "
-            "reshape/upstream/hpack_table.py"
-        )
+    for package, checked_on, recheck in (
+        ("h2", H2_CHECKED_ON, "reshape/upstream/h2.py (_GoawayTolerantConnection)"),
+        ("hpack", HPACK_CHECKED_ON, "reshape/upstream/hpack_table.py"),
+    ):
+        version = importlib.metadata.version(package)
+        if version not in checked_on:
+            raise H2VersionError(
+                f"reshape's HTTP/2 upstream connection was checked on {package} "
+                f"{', '.join(checked_on)}, not {version}: pin {package} or re-check {recheck}"
+            )
 
 
 class _GoawayTolerantConnection(h2.connection.H2Connection):

@@ -58,3 +58,18 @@ def test_an_h2_release_the_engine_was_not_checked_on_is_refused(
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "9.9.9")
     with pytest.raises(h2.H2VersionError, match="checked on h2 4.3.0, not 9.9.9"):
         h2.check_h2_version()
+
+
+def test_an_hpack_release_the_engine_was_not_checked_on_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.metadata
+
+    from reshape.upstream import h2
+
+    pinned = importlib.metadata.version
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda name: "9.9.9" if name == "hpack" else pinned(name)
+    )
+    with pytest.raises(h2.H2VersionError, match="checked on hpack 4.2.0, not 9.9.9"):
+        h2.check_h2_version()
