@@ -37,6 +37,7 @@ from reshape.features.client_errors.addon import ClientErrors
 from reshape.features.client_errors.rules import DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_HEAD_BYTES
 from reshape.features.client_errors.silent_clients import SilentClients
 from reshape.features.destinations.addon import Destinations, own_addresses
+from reshape.features.early_hints.addon import EarlyHints
 from reshape.features.onboarding.addon import ONBOARDING_HOST, Onboarding
 from reshape.features.onboarding.downloads import CaDownloads
 from reshape.features.onboarding.site import OnboardingSite
@@ -65,6 +66,7 @@ from reshape.mitm.patches.authority_parse_cache import CacheAuthorityParses
 from reshape.mitm.patches.client_tls_contexts import ReuseClientTlsContexts
 from reshape.mitm.patches.connection_teardown import FinishConnectionTeardown
 from reshape.mitm.patches.context_fork import ForkContextsWithoutAServer
+from reshape.mitm.patches.early_hints import SendEarlyHints
 from reshape.mitm.patches.engine_join import JoinEngine
 from reshape.mitm.patches.h2_header_validation import ValidateH2HeadersInOnePass
 from reshape.mitm.patches.http1_head_guard import GuardHttp1Heads
@@ -186,6 +188,8 @@ class ProxyProcess:
         self.master.addons.add(
             Preconnect(self.engine, self.policy, self.routing, confdir, shared=reuse_port)
         )
+        early_hints = EarlyHints()  # after Destinations: what it refused is not a page load
+        self.master.addons.add(early_hints)
         tls_records, split_requests = TlsRecords(), SplitRequests()
         self.master.addons.add(tls_records, split_requests)
         self.master.addons.add(Trailers())  # after Telemetry: wraps its stream callable
@@ -207,6 +211,7 @@ class ProxyProcess:
                 ListenBacklog(LISTEN_BACKLOG),  # connection storms (bench/soak)
                 SizeTlsRecords(tls_records.record_sizes),
                 ReportSplitRequests(split_requests.request_split),
+                SendEarlyHints(early_hints.links_for, early_hints.hints_sent),
                 CarryHttp1Trailers(),
                 GuardHttp1Heads(
                     client_errors.report,

@@ -235,6 +235,35 @@ class PreconnectKnobs:
 
 
 @dataclass(frozen=True)
+class EarlyHintsKnobs:
+    """Answer a page's document request at once with a 103 Early Hints response naming what
+    earlier loads of the page needed, so the browser fetches and connects while the origin
+    still works on the HTML (HTTP/2 clients; learned from every client of the process)."""
+
+    mode: Literal["off", "learned"] = knob(
+        "off",
+        doc="learned: preload the page's own stylesheets, scripts and fonts, and preconnect to "
+        "the other origins it used, as earlier loads of the same document URL requested them.",
+    )
+    min_loads: int = knob(
+        2,
+        doc="A resource or origin is hinted once this many loads of the page needed it.",
+        minimum=1,
+        maximum=100,
+    )
+    max_misses: int = knob(
+        2,
+        doc="A learned resource or origin is forgotten after this many loads in a row that did "
+        "not need it.",
+        minimum=1,
+    )
+    max_preloads: int = knob(8, doc="Most resources one 103 preloads.", minimum=0, maximum=64)
+    max_preconnects: int = knob(
+        4, doc="Most origins one 103 preconnects to.", minimum=0, maximum=64
+    )
+
+
+@dataclass(frozen=True)
 class DestinationKnobs:
     """Which destination addresses clients may reach through the proxy."""
 
@@ -273,6 +302,10 @@ class Policy:
     preconnect: PreconnectKnobs = knob(
         default_factory=PreconnectKnobs,
         doc="Warm origin connections before requests need them (needs upstream; absent: off).",
+    )
+    early_hints: EarlyHintsKnobs = knob(
+        default_factory=EarlyHintsKnobs,
+        doc="Tell the browser in a 103 what a page will need (absent: off).",
     )
     destinations: DestinationKnobs = knob(
         default_factory=DestinationKnobs,

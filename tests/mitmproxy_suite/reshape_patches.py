@@ -28,6 +28,7 @@ from reshape.mitm.patches.authority_parse_cache import CacheAuthorityParses
 from reshape.mitm.patches.client_tls_contexts import ReuseClientTlsContexts
 from reshape.mitm.patches.connection_teardown import FinishConnectionTeardown
 from reshape.mitm.patches.context_fork import ForkContextsWithoutAServer
+from reshape.mitm.patches.early_hints import SendEarlyHints
 from reshape.mitm.patches.engine_join import JoinEngine
 from reshape.mitm.patches.h2_header_validation import ValidateH2HeadersInOnePass
 from reshape.mitm.patches.http1_trailers import CarryHttp1Trailers
@@ -57,6 +58,7 @@ def reshape_patches() -> Iterator[None]:
             ValidateH2HeadersInOnePass(),
             SizeTlsRecords(lambda conn, client, size: None),
             ReportSplitRequests(_ignore),
+            SendEarlyHints(lambda flow: None, _ignore),
             CarryHttp1Trailers(),
             GuardHttp2Floods(_ignore),
             DefaultFrameSizeForClients(),

@@ -189,6 +189,13 @@ trailers_total = Counter(
     "synthesized (a Content-Digest trailer added). A response counts once per action it had.",
     ["policy", "arm", "action"],
 )
+# Early hints (reshape/features/early_hints/addon.py): 103s sent ahead of a page's response.
+early_hints_total = Counter(
+    "reshape_early_hints",
+    "103 Early Hints responses sent to clients ahead of a document's response (learned "
+    "preloads and preconnects), by the policy and arm of the document request.",
+    ["policy", "arm"],
+)
 clients_total = Counter(
     "reshape_clients",
     "Client connections, counted at their first request, by whether they take trailers (HTTP/2, "
@@ -312,6 +319,7 @@ def precreate(label_pairs: Iterable[tuple[str, str]]) -> None:
     for policy, arm in label_pairs:
         for action in TRAILER_ACTIONS:
             trailers_total.labels(policy, arm, action)
+        early_hints_total.labels(policy, arm)
     for outcome in RELOAD_OUTCOMES:
         policy_reloads_total.labels(outcome)
     for policy, arm in label_pairs:

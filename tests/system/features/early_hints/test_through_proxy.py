@@ -1,0 +1,269 @@
+"""Early hints end to end: `reshape run` → nginx over TLS on loopback; clients that show every
+1xx (h2 over the CONNECT tunnel, curl) and headless Chromium, which acts on the 103."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import h2.config
+import h2.connection
+import h2.events
+import pytest
+
+from labkit.browser import BrowserSession
+from labkit.origins import Origin, nginx_origin
+from labkit.pki import OriginPKI
+from labkit.relay import Link, relays
+from tests.support.clients import h2_tunnel
+from tests.support.reshape_process import RunningProxy, StartProxy
+
+pytestmark = pytest.mark.slow
+
+# Old enough that a browser may keep the files a while (nginx sends their mtime as Last-Modified).
+PUBLISHED = 1_700_000_000
+PAGE_HTML = (
+    '<!doctype html><html><head><link rel="stylesheet" href="/static/site.css">'
+    '<script src="/static/app.js" defer></script></head>'
+    '<body><img src="{cdn}/logo.png"></body></html>'
+)
+
+
+@dataclass
+class Site:
+    www: Origin
+    cdn: Origin
+    html: bytes
+
+    @property
+    def page(self) -> str:
+        return self.www.url("/index.html")
+
+
+@pytest.fixture
+def site(tmp_path: Path, origin_pki: OriginPKI) -> Iterator[Site]:
+    roots = {name: tmp_path / name for name in ("www", "cdn")}
+    with ExitStack() as stack:
+        # Also valid for 127.0.0.4, where the Chromium test puts a slow link in front of it.
+        www_tls = origin_pki.issue(["127.0.0.2", "127.0.0.4"], name="www")
+        www = stack.enter_context(nginx_origin(roots["www"], "127.0.0.2", tls=www_tls, http2=True))
+        cdn = stack.enter_context(
+            nginx_origin(roots["cdn"], "127.0.0.3", tls=origin_pki.issue(["127.0.0.3"]), http2=True)
+        )
+        html = PAGE_HTML.format(cdn=cdn.url("").rstrip("/")).encode()
+        files = {
+            roots["www"] / "index.html": html,
+            roots["www"] / "static" / "site.css": b"body { color: #222 }\n",
+            roots["www"] / "static" / "app.js": b"window.appRan = true;\n",
+            roots["cdn"] / "logo.png": b"\x89PNG" + bytes(200),
+        }
+        for path, body in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(body)
+            os.utime(path, (PUBLISHED, PUBLISHED))
+        yield Site(www, cdn, html)
+
+
+def policy(tmp_path: Path, early_hints: str) -> Path:
+    path = tmp_path / "policy.yaml"
+    path.write_text(
+        "version: 1\ndefault: hinted\npolicies:\n"
+        f"  hinted: {{upstream: {{http2: true}}, early_hints: {early_hints}}}\n"
+    )
+    return path
+
+
+@dataclass
+class Answer:
+    informational: list[dict[bytes, bytes]]  # the 1xx heads before the response, in order
+    status: int
+    body: bytes
+
+
+def h2_get(proxy: RunningProxy, origin: Origin, path: str, headers: dict[str, str]) -> Answer:
+    """GET `path` of `origin` on a new h2 connection through `proxy`, every 1xx kept."""
+    host, port = proxy.listen.rsplit(":", 1)
+    with h2_tunnel((host, int(port)), (origin.host, origin.port), proxy.ca_cert) as sock:
+        conn = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, header_encoding=None)
+        )
+        conn.initiate_connection()
+        conn.send_headers(
+            1,
+            [
+                (b":method", b"GET"),
+                (b":scheme", b"https"),
+                (b":authority", f"{origin.host}:{origin.port}".encode()),
+                (b":path", path.encode()),
+                *((k.encode(), v.encode()) for k, v in headers.items()),
+            ],
+            end_stream=True,
+        )
+        sock.sendall(conn.data_to_send())
+        answer = Answer([], 0, b"")
+        while True:
+            data = sock.recv(65536)
+            assert data, "the proxy closed before the response ended"
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.InformationalResponseReceived):
+                    answer.informational.append(dict(event.headers))
+                elif isinstance(event, h2.events.ResponseReceived):
+                    answer.status = int(dict(event.headers)[b":status"])
+                elif isinstance(event, h2.events.DataReceived):
+                    answer.body += event.data
+                    conn.acknowledge_received_data(event.flow_controlled_length, 1)
+                elif isinstance(event, h2.events.StreamEnded):
+                    return answer
+            sock.sendall(conn.data_to_send())
+
+
+def navigate(proxy: RunningProxy, site: Site) -> Answer:
+    answer = h2_get(
+        proxy,
+        site.www,
+        "/index.html",
+        {"accept": "text/html", "sec-fetch-dest": "document", "sec-fetch-mode": "navigate"},
+    )
+    assert answer.status == 200
+    assert answer.body == site.html
+    return answer
+
+
+def load(proxy: RunningProxy, site: Site) -> Answer:
+    """A page load as Chromium makes it: the document, then what the HTML names."""
+    document = navigate(proxy, site)
+    for path, dest in (("/static/site.css", "style"), ("/static/app.js", "script")):
+        fetched = h2_get(proxy, site.www, path, {"sec-fetch-dest": dest, "referer": site.page})
+        assert fetched.status == 200
+    cross = {"sec-fetch-dest": "image", "referer": site.www.url("/")}
+    assert h2_get(proxy, site.cdn, "/logo.png", cross).status == 200
+    return document
+
+
+def test_the_third_load_of_a_page_is_told_at_once_what_the_first_two_needed(
+    start_reshape: StartProxy, site: Site, tmp_path: Path
+) -> None:
+    proxy = start_reshape(policy=policy(tmp_path, "{mode: learned}"))
+    assert load(proxy, site).informational == []
+    assert load(proxy, site).informational == []  # min_loads 2: one load learned so far
+    third = load(proxy, site)
+    cdn_origin = f"https://{site.cdn.host}:{site.cdn.port}"
+    assert third.informational == [
+        {
+            b":status": b"103",
+            b"link": (
+                b"</static/site.css>; rel=preload; as=style, "
+                b"</static/app.js>; rel=preload; as=script, "
+                + f"<{cdn_origin}>; rel=preconnect".encode()
+            ),
+        }
+    ]
+    assert proxy.metric("reshape_early_hints_total", policy="hinted") == 1
+    # The subresources themselves are never hinted, nor is a request no document is loading.
+    css = h2_get(proxy, site.www, "/static/site.css", {"sec-fetch-dest": "style"})
+    assert css.informational == []
+
+
+def test_no_103_without_the_knob_nor_to_an_http1_client(
+    start_reshape: StartProxy, site: Site, tmp_path: Path
+) -> None:
+    off = start_reshape(policy=policy(tmp_path, "{mode: off}"))
+    for _ in range(3):
+        assert load(off, site).informational == []
+    assert off.metric("reshape_early_hints_total", policy="hinted") == 0
+    off.stop()
+
+    proxy = start_reshape(policy=policy(tmp_path, "{mode: learned, min_loads: 1}"))
+    load(proxy, site)
+    load(proxy, site)
+    # curl shows every response head it reads: over HTTP/1.1 only the 200 comes.
+    heads = subprocess.run(
+        [
+            "curl",
+            "--silent",
+            "--show-error",
+            "--max-time",
+            "20",
+            "--http1.1",
+            "--proxy",
+            proxy.proxy_url,
+            "--cacert",
+            str(proxy.ca_cert),
+            "--dump-header",
+            "-",
+            "--output",
+            "/dev/null",
+            "--header",
+            "sec-fetch-dest: document",
+            site.page,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert statuses_in(heads) == ["HTTP/1.1 200 OK"]
+    # The same page over HTTP/2 is hinted (min_loads 1).
+    heads = subprocess.run(
+        [
+            "curl",
+            "--silent",
+            "--show-error",
+            "--max-time",
+            "20",
+            "--http2",
+            "--proxy",
+            proxy.proxy_url,
+            "--cacert",
+            str(proxy.ca_cert),
+            "--dump-header",
+            "-",
+            "--output",
+            "/dev/null",
+            "--header",
+            "sec-fetch-dest: document",
+            site.page,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert statuses_in(heads) == ["HTTP/2 103", "HTTP/2 200"]
+
+
+def statuses_in(heads: str) -> list[str]:
+    """The status lines curl dumped, but the proxy's answer to its CONNECT."""
+    lines = [line.strip() for line in heads.splitlines() if line.startswith("HTTP/")]
+    return [line for line in lines if "Connection established" not in line]
+
+
+@pytest.mark.browser
+def test_chromium_fetches_what_the_103_names_while_the_page_is_on_its_way(
+    start_reshape: StartProxy, site: Site, tmp_path: Path
+) -> None:
+    proxy = start_reshape(policy=policy(tmp_path, "{mode: learned}"))
+    with relays() as thread, BrowserSession([proxy.ca_cert]) as browser:
+        # 200 ms between proxy and the page's origin: the 103 comes long before the HTML.
+        slow = thread.add("127.0.0.4", (site.www.host, site.www.port), Link.rtt(0.2))
+        page = f"https://127.0.0.4:{slow.port}/index.html"
+        loads = [browser.load(page, proxy=proxy.listen, resource_timing=True) for _ in range(3)]
+    for loaded in loads:  # every load complete and intact, hinted or not
+        assert {r.url.rsplit("/", 1)[1]: r.status for r in loaded.resources} == {
+            "index.html": 200,
+            "site.css": 200,
+            "app.js": 200,
+            "logo.png": 200,
+        }
+    initiators = [
+        {t.url.rsplit("/", 1)[1]: t.initiator_type for t in loaded.timings} for loaded in loads
+    ]
+    assert initiators[0] == {"site.css": "link", "app.js": "script", "logo.png": "img"}
+    assert initiators[1] == initiators[0]
+    # The third: the stylesheet and the script came from the 103's preloads.
+    assert initiators[2] == {"site.css": "early-hints", "app.js": "early-hints", "logo.png": "img"}
+    assert proxy.metric("reshape_early_hints_total", policy="hinted") == 1
