@@ -4,6 +4,10 @@ Run by `origins.hypercorn_origin` as `labkit.static_app:app_from_environment()`,
 the directory from `$RESHAPE_STATIC_ROOT`. Content types come from `CONTENT_TYPES`, the same table
 the nginx origin is configured with, so both origins label the same file identically.
 
+Like nginx, a file's response carries `Last-Modified` (its mtime) and an `ETag` of nginx's form,
+so a browser may keep it in its cache for a while (a heuristic lifetime: RFC 9111 §4.2.2);
+conditional requests are answered in full.
+
 Besides files, a POST to a path under `/echo/` is answered 200 with the request's body, so a page
 can make POST requests that succeed (nginx answers POST to a static file with 405).
 """
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable
+from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +96,7 @@ class StaticFiles:
             return
         # Whole-file reads keep Content-Length and body consistent; lab files are small.
         body = file.read_bytes()
+        mtime = int(file.stat().st_mtime)
         await send(
             {
                 "type": "http.response.start",
@@ -98,6 +104,8 @@ class StaticFiles:
                 "headers": [
                     (b"content-type", content_type(file).encode()),
                     (b"content-length", str(len(body)).encode()),
+                    (b"last-modified", formatdate(mtime, usegmt=True).encode()),
+                    (b"etag", b'"%x-%x"' % (mtime, len(body))),
                 ],
             }
         )

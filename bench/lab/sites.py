@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import re
 from dataclasses import dataclass, field
@@ -53,6 +54,11 @@ VARIANTS = ("h1", "h2")
 SEED = 4
 # Set by news, news-6 and app once their script-driven requests have finished.
 DONE_GLOBAL = "__labDone"
+# Every file's modification time, so its Last-Modified (2023-11-13): a site published before it
+# is loaded, as real ones are, whose files a browser may cache for a while (heuristically, 10% of
+# their age: RFC 9111 §4.2.2). Files written just now would be stale within seconds. Fixed, so
+# every run serves the same headers.
+PUBLISHED = 1_700_000_000 - 86_400
 
 PARALLEL_PAGES = ("large-images", "medium-images", "tiny-css", "css-and-images")
 PAGES = (*PARALLEL_PAGES, "news", "app")
@@ -114,6 +120,7 @@ class _Writer:
         path = self.roots[host] / self.prefix / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(body)
+        os.utime(path, (PUBLISHED, PUBLISHED))
         url = self.url(host, name)
         self.sizes[url] = len(body)
         if host not in self.hosts:

@@ -10,13 +10,13 @@ import pytest
 
 from bench.lab.cli import parse_args
 from bench.lab.experiments import UnknownConfigError, experiment
-from bench.lab.gateway import POOLED_POLICY, learned_policy
+from bench.lab.gateway import POOLED_POLICY, hints_policy, learned_policy
 from bench.lab.profile import Profile, area_of
 from bench.lab.sites import GATEWAY_PAGES, HOSTS, PHASES, build_pages, phase_of
 from reshape.policy.loader import load_policy_file
 from tests.bench.test_lab_quick import _quick_run
 
-SINGLE_PROCESS_POOLS = ("reshape", "reshape-pooled", "pooled-learned")
+SINGLE_PROCESS_POOLS = ("reshape", "reshape-pooled", "pooled-learned", "pooled-hints")
 
 
 def test_learned_policy_is_pooled_plus_learned_preconnect(tmp_path: Path) -> None:
@@ -25,6 +25,14 @@ def test_learned_policy_is_pooled_plus_learned_preconnect(tmp_path: Path) -> Non
     policy = learned.policies[learned.default]
     assert policy.upstream == pooled.policies[pooled.default].upstream
     assert policy.preconnect is not None and policy.preconnect.mode == "learned"
+
+
+def test_hints_policy_is_pooled_plus_learned_early_hints(tmp_path: Path) -> None:
+    hinted = load_policy_file(hints_policy(tmp_path))
+    pooled = load_policy_file(POOLED_POLICY)
+    policy = hinted.policies[hinted.default]
+    assert policy.upstream == pooled.policies[pooled.default].upstream
+    assert policy.early_hints.mode == "learned" and policy.preconnect.mode == "off"
 
 
 def test_a_part_of_the_gateway_names_only_what_it_has(tmp_path: Path) -> None:
@@ -120,6 +128,7 @@ def test_quick_gateway_keeps_the_pool_warm_across_users(tmp_path: Path) -> None:
             "reshape",
             "reshape-pooled",
             "pooled-learned",
+            "pooled-hints",
             "pooled-w2",
         )
     }

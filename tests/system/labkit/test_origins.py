@@ -97,6 +97,14 @@ def test_hypercorn_plain_http(root: Path) -> None:
     assert response.headers["content-type"] == "text/css"
 
 
+def test_both_origins_send_the_same_validators_for_a_file(root: Path) -> None:
+    """Last-Modified and ETag as nginx makes them: a browser caches both origins' files alike."""
+    with nginx_origin(root, "127.0.0.2") as nginx, hypercorn_origin(root, "127.0.0.6") as hyper:
+        answers = [httpx.get(origin.url("/style.css")).headers for origin in (nginx, hyper)]
+    assert answers[0]["last-modified"] == answers[1]["last-modified"]
+    assert answers[0]["etag"] == answers[1]["etag"]
+
+
 @pytest.mark.parametrize("origin_factory", [nginx_origin, hypercorn_origin])
 def test_stopped_on_exit_even_after_an_exception(root: Path, origin_factory: OriginFactory) -> None:
     with pytest.raises(KeyError), origin_factory(root, "127.0.0.7") as origin:
