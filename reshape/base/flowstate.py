@@ -47,8 +47,10 @@ class FlowState:
     proxy_user: str | None = None
     # The preconnect addon's record of this navigation request, if it is one.
     preconnect: Any = None
-    # The Link values the early hints addon wants sent in a 103 before this document's response.
+    # The Link values the early hints addon wants sent in a 103 before this document's response;
+    # and, for a request that may be one of a page's preloads, its record until the response.
     early_hints: list[str] | None = None
+    hint_candidate: Any = None
     # What the trailers addon decided for this exchange.
     trailers: FlowTrailers | None = None
     # The request as the client asked for it (method, scheme, host), before any addon changed

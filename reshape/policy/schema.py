@@ -261,6 +261,13 @@ class EarlyHintsKnobs:
     max_preconnects: int = knob(
         4, doc="Most origins one 103 preconnects to.", minimum=0, maximum=64
     )
+    verify_every: int = knob(
+        10,
+        doc="Every this many loads of a page that a 103 would preload for, one gets no "
+        "preloads: what the page still needs is learned from it (the browser fetches what a "
+        "103 preloads whether or not the page still uses it).",
+        minimum=2,
+    )
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,21 @@
 """Early hints: a 103 for a page's document request, naming what earlier loads of it needed.
 
-Thin on purpose: it tells the page-load tracker about requests, learns finished loads into the
-table (reshape/features/early_hints/learning.py), and puts the Link values for a document request
-on the flow's state; the patch `SendEarlyHints` writes them to the client as a 103 right after
-this hook, before the request goes anywhere.
+Thin on purpose: it tells the page-load tracker about requests, confirms a possible preload by
+its response's head (`responseheaders`: the body is never needed), learns finished loads into
+the table (reshape/features/early_hints/learning.py), and puts the Link values for a document
+request on the flow's state; the patch `SendEarlyHints` writes them to the client as a 103 right
+after this hook, before the request goes anywhere.
 
-Only requests under a policy with `early_hints.mode: learned` take part, each learning and
-hinting by the knobs of the policy its document request runs under. After Destinations and
-Onboarding: a request they answered themselves (a refusal, the onboarding page) is neither
-learned nor hinted.
+Only requests under a policy with `early_hints.mode: learned` take part; a load is learned with
+the `max_misses` of the policy its document request ran under, and hinted by the knobs of the
+policy the next one runs under. After Destinations and Onboarding: a request they answered
+themselves (a refusal, the onboarding page) is neither learned nor hinted. Replayed flows are
+left alone.
 
 What is learned from one client is hinted to every client of the process, as the preconnect
-feature's table is: a resource one user's loads of a page needed `min_loads` times is preloaded
-for the next user of that page (an origin that puts a user's own resources on a page's shared
-URL should not be run with this on). With `--workers N` each worker learns from the loads it
-sees; a browser's requests spread over the workers, so each learns more slowly.
+feature's table is (see policies/README.md for what that means). With `--workers N` each worker
+learns from the loads it sees; a browser's requests spread over the workers, so each learns
+more slowly.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 from mitmproxy import http
 
 from reshape.base.flowstate import KEY, FlowState, state_of
-from reshape.features.early_hints.learning import HintTable, PageLoads
+from reshape.features.early_hints.learning import HintTable, PageLoads, fits
 from reshape.features.preconnect.addon import is_navigation, origin_of, referer_origin
 from reshape.features.telemetry import metrics
 from reshape.policy.chooser import selection_of
@@ -39,7 +40,7 @@ class EarlyHints:
         self.table = HintTable()
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
-        if flow.response is not None or flow.request.method == "CONNECT":
+        if flow.response is not None or flow.request.method == "CONNECT" or flow.is_replay:
             return
         knobs = selection_of(flow).policy.early_hints
         if knobs.mode == "off":
@@ -51,7 +52,7 @@ class EarlyHints:
         client = peer if state.proxy_user is None else f"{peer} {state.proxy_user}"
         now = time.monotonic()
         if not is_navigation(request):
-            self.loads.subresource(
+            state.hint_candidate = self.loads.subresource(
                 client,
                 origin=origin,
                 path=request.path,
@@ -63,8 +64,8 @@ class EarlyHints:
             )
             return
         url = request.url
-        for finished in self.loads.document(client, url, origin, now):
-            self.table.learn(finished, max_misses=knobs.max_misses)
+        for finished in self.loads.document(client, url, origin, now, max_misses=knobs.max_misses):
+            self.table.learn(finished)
         if request.method != "GET":
             return
         links = self.table.links(
@@ -72,9 +73,26 @@ class EarlyHints:
             min_loads=knobs.min_loads,
             max_preloads=knobs.max_preloads,
             max_preconnects=knobs.max_preconnects,
+            verify_every=knobs.verify_every,
         )
         if links:
             state.early_hints = links
+            self.loads.hinted(client, links)
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        state: FlowState | None = flow.metadata.get(KEY)
+        if state is None or state.hint_candidate is None or flow.response is None:
+            return
+        candidate, state.hint_candidate = state.hint_candidate, None
+        headers = flow.response.headers
+        if fits(
+            candidate.dest,
+            flow.response.status_code,
+            headers.get("content-type"),
+            headers.get("cache-control"),
+            "set-cookie" in headers,
+        ):
+            PageLoads.confirm(candidate)
 
     # for SendEarlyHints (inside mitmproxy's protocol code: must not raise)
 

@@ -28,7 +28,7 @@ def early_hints_response(links: list[str]) -> http.Response:
         http_version=b"HTTP/2.0",
         status_code=103,
         reason=b"",
-        headers=http.Headers([(b"link", ", ".join(links).encode())]),
+        headers=http.Headers([(b"link", ", ".join(links).encode("ascii"))]),
         content=None,
         trailers=None,
         timestamp_start=time.time(),
@@ -63,11 +63,11 @@ class SendEarlyHints(Patch):
 
         def hints(stream: HttpStream) -> list[Command]:
             flow = stream.flow
-            if flow.response is not None or flow.error is not None:
+            if flow.response is not None or flow.error is not None or flow.is_replay:
                 return []
             if flow.request.http_version != "HTTP/2.0":
                 return []
-            links = links_for(flow)
+            links = [link for link in links_for(flow) or () if link.isascii()]
             if not links:
                 return []
             sent(flow)

@@ -168,6 +168,25 @@ def test_the_third_load_of_a_page_is_told_at_once_what_the_first_two_needed(
     assert css.informational == []
 
 
+def test_only_what_answers_as_a_public_resource_of_its_kind_is_ever_preloaded(
+    start_reshape: StartProxy, site: Site, tmp_path: Path
+) -> None:
+    """A client sending requests a page would not (a page as a script, a missing stylesheet)
+    cannot make the proxy hint them to the next user."""
+    proxy = start_reshape(policy=policy(tmp_path, "{mode: learned, min_loads: 1}"))
+    for _ in range(2):
+        navigate(proxy, site)
+        forged = {"referer": site.page}
+        h2_get(proxy, site.www, "/index.html?as=script", {**forged, "sec-fetch-dest": "script"})
+        missing = h2_get(proxy, site.www, "/missing.css", {**forged, "sec-fetch-dest": "style"})
+        assert missing.status == 404
+        fetched = h2_get(proxy, site.www, "/static/site.css", {**forged, "sec-fetch-dest": "style"})
+        assert fetched.status == 200
+    assert navigate(proxy, site).informational == [
+        {b":status": b"103", b"link": b"</static/site.css>; rel=preload; as=style"}
+    ]
+
+
 def test_no_103_without_the_knob_nor_to_an_http1_client(
     start_reshape: StartProxy, site: Site, tmp_path: Path
 ) -> None:
