@@ -192,8 +192,9 @@ def experiment(name: str, *, quick: bool = False) -> Experiment:
             "gateway",
             "a gateway near its users, its pool warm across users: the news-6 and app pages, "
             "every load a new user (fresh browser context), direct, mitmdump, reshape {}, "
-            "pooled, pooled with learned preconnect, pooled with 2 workers, RTT 50/100/200 ms "
-            "between proxy and origins, h1 and h2 origins; proxy CPU per load",
+            "pooled, pooled with learned preconnect, pooled with learned early hints, pooled "
+            "with 2 workers, RTT 50/100/200 ms between proxy and origins, h1 and h2 origins; "
+            "proxy CPU per load",
             GATEWAY_PAGES,
             ("h1",) if quick else VARIANTS,
             {f"{rtt} ms": Links(Link(), rtt_link(rtt)) for rtt in gateway_rtts},
