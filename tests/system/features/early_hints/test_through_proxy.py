@@ -270,7 +270,7 @@ def test_chromium_fetches_what_the_103_names_while_the_page_is_on_its_way(
         # 200 ms between proxy and the page's origin: the 103 comes long before the HTML.
         slow = thread.add("127.0.0.4", (site.www.host, site.www.port), Link.rtt(0.2))
         page = f"https://127.0.0.4:{slow.port}/index.html"
-        loads = [browser.load(page, proxy=proxy.listen, resource_timing=True) for _ in range(3)]
+        loads = [browser.load(page, proxy=proxy.listen, resource_timing=True) for _ in range(5)]
     for loaded in loads:  # every load complete and intact, hinted or not
         assert {r.url.rsplit("/", 1)[1]: r.status for r in loaded.resources} == {
             "index.html": 200,
@@ -281,8 +281,11 @@ def test_chromium_fetches_what_the_103_names_while_the_page_is_on_its_way(
     initiators = [
         {t.url.rsplit("/", 1)[1]: t.initiator_type for t in loaded.timings} for loaded in loads
     ]
-    assert initiators[0] == {"site.css": "link", "app.js": "script", "logo.png": "img"}
-    assert initiators[1] == initiators[0]
-    # The third: the stylesheet and the script came from the 103's preloads.
-    assert initiators[2] == {"site.css": "early-hints", "app.js": "early-hints", "logo.png": "img"}
-    assert proxy.metric("reshape_early_hints_total", policy="hinted") == 1
+    plain = {"site.css": "link", "app.js": "script", "logo.png": "img"}
+    hinted = {"site.css": "early-hints", "app.js": "early-hints", "logo.png": "img"}
+    assert initiators[:2] == [plain, plain]
+    # From the third on, a 103 each time; the stylesheet and the script came from its preloads
+    # (Chromium now and then ignores a 103: 2 loads of 18 in the lab, so not every one).
+    assert all(found in (plain, hinted) for found in initiators[2:]), initiators
+    assert hinted in initiators[2:], initiators
+    assert proxy.metric("reshape_early_hints_total", policy="hinted") == 3
