@@ -200,41 +200,21 @@ def test_no_103_without_the_knob_nor_to_an_http1_client(
     load(proxy, site)
     load(proxy, site)
     # curl shows every response head it reads: over HTTP/1.1 only the 200 comes.
-    heads = subprocess.run(
-        [
-            "curl",
-            "--silent",
-            "--show-error",
-            "--max-time",
-            "20",
-            "--http1.1",
-            "--proxy",
-            proxy.proxy_url,
-            "--cacert",
-            str(proxy.ca_cert),
-            "--dump-header",
-            "-",
-            "--output",
-            "/dev/null",
-            "--header",
-            "sec-fetch-dest: document",
-            site.page,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
-    assert statuses_in(heads) == ["HTTP/1.1 200 OK"]
+    assert statuses_in(curl_heads(proxy, site.page, "--http1.1")) == ["HTTP/1.1 200 OK"]
     # The same page over HTTP/2 is hinted (min_loads 1).
-    heads = subprocess.run(
+    assert statuses_in(curl_heads(proxy, site.page, "--http2")) == ["HTTP/2 103", "HTTP/2 200"]
+
+
+def curl_heads(proxy: RunningProxy, url: str, version: str) -> str:
+    """Every response head curl reads for a document request to `url` through `proxy`."""
+    return subprocess.run(
         [
             "curl",
             "--silent",
             "--show-error",
             "--max-time",
             "20",
-            "--http2",
+            version,
             "--proxy",
             proxy.proxy_url,
             "--cacert",
@@ -245,14 +225,13 @@ def test_no_103_without_the_knob_nor_to_an_http1_client(
             "/dev/null",
             "--header",
             "sec-fetch-dest: document",
-            site.page,
+            url,
         ],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     ).stdout
-    assert statuses_in(heads) == ["HTTP/2 103", "HTTP/2 200"]
 
 
 def statuses_in(heads: str) -> list[str]:
