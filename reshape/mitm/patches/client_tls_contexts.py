@@ -6,6 +6,9 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from mitmproxy import certs, connection, ctx, tls
 from mitmproxy.addons import tlsconfig
 from mitmproxy.net import tls as net_tls
@@ -40,16 +43,32 @@ class ReuseClientTlsContexts(Patch):
     the function mitmproxy caches contexts with (`net_tls.create_client_proxy_context`),
     unwrapped, so that each certificate gets its own. A user addon that provided `ssl_conn`
     before TlsConfig is still left alone.
+
+    Each context also holds an ECDSA (P-256) twin of a certificate the store generated: the same
+    names, validity and extensions, another key, signed by the same CA. OpenSSL serves it to
+    every client that accepts ECDSA signatures (any browser; it picks by the client's signature
+    algorithms) and mitmproxy's RSA certificate to the others. The handshake's signature is then
+    ~0.02 ms instead of RSA-2048's ~0.26 (cryptography's OpenSSL here), about a tenth of what
+    a tunnel costs the proxy, and a browser races 7-13 tunnels per burst of a new page's
+    requests. A certificate the user supplied (`--certs`) keeps its own key, and no twin.
     """
 
     def replacements(self) -> Iterable[Replacement]:
         create = net_tls.create_client_proxy_context.__wrapped__
 
+        twin_key = ec.generate_private_key(ec.SECP256R1())
+
         @functools.lru_cache(maxsize=CONTEXTS)
-        def context_for(cert: certs.Cert, key: Any, **options: Any) -> SSL.Context:
+        def context_for(
+            cert: certs.Cert, key: Any, ca: certs.Cert, ca_key: Any, **options: Any
+        ) -> SSL.Context:
             context: SSL.Context = create(**options)
-            context.use_certificate(cert.to_cryptography())
+            leaf = cert.to_cryptography()
+            context.use_certificate(leaf)
             context.use_privatekey(key)
+            if key is ca_key and leaf.issuer == ca.to_cryptography().subject:  # generated
+                context.use_certificate(ecdsa_twin(leaf, ca_key, twin_key))
+                context.use_privatekey(twin_key)
             return context
 
         def tls_start_client(self: tlsconfig.TlsConfig, tls_start: tls.TlsData) -> None:
@@ -71,6 +90,8 @@ class ReuseClientTlsContexts(Patch):
             ssl_ctx = context_for(
                 entry.cert,
                 entry.privatekey,
+                self.certstore.default_ca,
+                self.certstore.default_privatekey,
                 method=net_tls.Method.DTLS_SERVER_METHOD
                 if tls_start.is_dtls
                 else net_tls.Method.TLS_SERVER_METHOD,
@@ -102,3 +123,25 @@ class ReuseClientTlsContexts(Patch):
             tls_start.ssl_conn.set_accept_state()
 
         yield tlsconfig.TlsConfig, "tls_start_client", tls_start_client
+
+
+def ecdsa_twin(
+    leaf: x509.Certificate, ca_key: rsa.RSAPrivateKey, key: ec.EllipticCurvePrivateKey
+) -> x509.Certificate:
+    """`leaf` again with `key`'s public key and a serial of its own, signed by `ca_key` (its
+    issuer's key). mitmproxy's leaves have no SubjectKeyIdentifier; one would be recomputed."""
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(leaf.subject)
+        .issuer_name(leaf.issuer)
+        .not_valid_before(leaf.not_valid_before_utc)
+        .not_valid_after(leaf.not_valid_after_utc)
+        .serial_number(x509.random_serial_number())
+        .public_key(key.public_key())
+    )
+    for extension in leaf.extensions:
+        value = extension.value
+        if isinstance(value, x509.SubjectKeyIdentifier):
+            value = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
+        builder = builder.add_extension(value, extension.critical)
+    return builder.sign(ca_key, hashes.SHA256())
