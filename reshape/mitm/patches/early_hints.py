@@ -1,4 +1,4 @@
-"""A 103 Early Hints response to an HTTP/2 client, right after a request's requestheaders hook."""
+"""A 103 Early Hints response to an HTTP/2 client, soon after a request's requestheaders hook."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
 from mitmproxy import http
-from mitmproxy.proxy.commands import Command
+from mitmproxy.proxy.commands import Command, RequestWakeup
+from mitmproxy.proxy.events import Wakeup
 from mitmproxy.proxy.layers.http import (
     HttpRequestHeadersHook,
     HttpStream,
@@ -20,6 +21,19 @@ from reshape.mitm.patches.base import Patch, Replacement, relay
 # Both called inside mitmproxy's protocol code: must not raise. Provided by the early hints addon.
 LinksFor = Callable[[http.HTTPFlow], "list[str] | None"]
 HintsSent = Callable[[http.HTTPFlow], None]
+
+# How long after the request a 103 waits. Chromium (156) drops a 103 that arrives before it has
+# finished sending the request: its HTTP/2 stream takes the 1xx head in while the transaction has
+# not yet asked for response headers, and the final response then overwrites it. In its netlog
+# the 103 is received (HTTP2_SESSION_RECV_HEADERS) but never read
+# (HTTP_TRANSACTION_READ_EARLY_HINTS_RESPONSE_HEADERS), whenever HTTP_TRANSACTION_SEND_REQUEST
+# ended as late as the 103 arrived: 3-4 ms after it began on a busy machine, in 3 of 7 hinted
+# loads with the browser on loopback and the 103 sent at once. Over a real network the client's
+# own round trip is the wait; 10 ms is what a hint gives up of a round trip to the origin, which
+# is what it saves (100-200 ms in the lab).
+DELAY = 0.010
+# Where a stream keeps its wakeup command and Link values until the wakeup comes.
+WAITING = "_reshape_early_hints"
 
 
 def early_hints_response(links: list[str]) -> http.Response:
@@ -47,36 +61,56 @@ class SendEarlyHints(Patch):
     layer, which `Http2Server` turns into a HEADERS frame on the stream (h2 keeps the stream open
     for the final response after a 1xx) without touching the stream's state. So
     `HttpStream.state_wait_for_request_headers` is wrapped: the command after the hook (or the
-    method's end) is preceded by the 103. Not sent when the hook answered or killed the flow, nor
-    to an HTTP/1.1 client (`Http1Server` would take the 103 for the response itself); Chromium
-    acts on Early Hints over HTTP/2 and HTTP/3 only.
+    method's end) is preceded by a `RequestWakeup(delay)` (see DELAY), and
+    `HttpStream._handle_event` sends the 103 when that wakeup comes back, unless the response or
+    an error came first. Not sent when the hook answered or killed the flow, nor to an HTTP/1.1
+    client (`Http1Server` would take the 103 for the response itself); Chromium acts on Early
+    Hints over HTTP/2 and HTTP/3 only.
     """
 
-    def __init__(self, links_for: LinksFor, sent: HintsSent) -> None:
+    def __init__(self, links_for: LinksFor, sent: HintsSent, *, delay: float = DELAY) -> None:
         super().__init__()
         self.links_for = links_for
         self.sent = sent
+        self.delay = delay
 
     def replacements(self) -> Iterable[Replacement]:
         original = HttpStream.state_wait_for_request_headers
-        links_for, sent = self.links_for, self.sent
+        original_handle_event = HttpStream._handle_event
+        links_for, sent, delay = self.links_for, self.sent, self.delay
+
+        def answered(stream: HttpStream) -> bool:
+            flow = stream.flow
+            return flow.response is not None or flow.error is not None
 
         def hints(stream: HttpStream) -> list[Command]:
             flow = stream.flow
-            if flow.response is not None or flow.error is not None or flow.is_replay:
-                return []
-            if flow.request.http_version != "HTTP/2.0":
+            if answered(stream) or flow.is_replay or flow.request.http_version != "HTTP/2.0":
                 return []
             links = [link for link in links_for(flow) or () if link.isascii()]
             if not links:
                 return []
-            sent(flow)
-            return [
-                SendHttp(
-                    ResponseHeaders(stream.stream_id, early_hints_response(links)),
-                    stream.context.client,
-                )
-            ]
+            wakeup = RequestWakeup(delay)
+            stream.__dict__[WAITING] = (wakeup, links)
+            return [wakeup]
+
+        def send_hints(stream: HttpStream, links: list[str]) -> Generator[Any, Any, None]:
+            if answered(stream):  # the response, or an error, came first: too late for hints
+                return
+            sent(stream.flow)
+            yield SendHttp(
+                ResponseHeaders(stream.stream_id, early_hints_response(links)),
+                stream.context.client,
+            )
+
+        def _handle_event(self: HttpStream, event: Any) -> Generator[Any, Any, None]:
+            # Not a generator itself: every other event goes to mitmproxy's own, unwrapped.
+            if type(event) is Wakeup:
+                wakeup, links = self.__dict__.get(WAITING, (None, []))
+                if event.command is wakeup:
+                    del self.__dict__[WAITING]
+                    return send_hints(self, links)
+            return original_handle_event(self, event)
 
         def state_wait_for_request_headers(
             self: HttpStream, event: Any
@@ -96,3 +130,4 @@ class SendEarlyHints(Patch):
             return result
 
         yield HttpStream, "state_wait_for_request_headers", state_wait_for_request_headers
+        yield HttpStream, "_handle_event", _handle_event

@@ -37,6 +37,10 @@ class _FirstByteTimer:
     deadline: float
 
 
+class _FirstByteWakeup(commands.RequestWakeup):
+    """A first-byte timer: a stream's other wakeups (another patch's) are not this patch's."""
+
+
 class _SpareTimers:
     """The pending first-byte timers of one `HttpLayer` that no request holds, by when they are
     due. The layer delivers a spare timer's wakeup here (its `command_sources` entry points
@@ -123,7 +127,7 @@ class OriginFirstByteTimeout(Patch):
                 layer.command_sources[spare] = stream
                 _first_byte_timers[stream] = _FirstByteTimer(spare, spares.due.pop(spare), deadline)
                 return
-            timer = commands.RequestWakeup(delay)
+            timer = _FirstByteWakeup(delay)
             _first_byte_timers[stream] = _FirstByteTimer(timer, deadline, deadline)
             yield timer  # the HttpLayer notes the stream as the timer's source
 
@@ -166,7 +170,7 @@ class OriginFirstByteTimeout(Patch):
                 return
             left = armed.deadline - time.monotonic()
             if left > _TIMER_SLACK:  # a timer taken over from an earlier request: due before ours
-                timer = commands.RequestWakeup(left)
+                timer = _FirstByteWakeup(left)
                 _first_byte_timers[stream] = _FirstByteTimer(timer, armed.deadline, armed.deadline)
                 yield timer
                 return
@@ -174,7 +178,9 @@ class OriginFirstByteTimeout(Patch):
 
         def _handle_event(self: Any, event: Any) -> Generator[Any, Any, None]:
             if isinstance(event, events.Wakeup):
-                return (yield from woken(self, event))
+                if type(event.command) is _FirstByteWakeup:
+                    return (yield from woken(self, event))
+                return (yield from original_handle_event(self, event))  # another patch's timer
             if self in _first_byte_timers:
                 disarm(
                     self
