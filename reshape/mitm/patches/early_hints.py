@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
@@ -17,6 +18,8 @@ from mitmproxy.proxy.layers.http import (
 )
 
 from reshape.mitm.patches.base import Patch, Replacement, relay
+
+log = logging.getLogger("reshape.early_hints")
 
 # Both called inside mitmproxy's protocol code: must not raise. Provided by the early hints addon.
 LinksFor = Callable[[http.HTTPFlow], "list[str] | None"]
@@ -48,6 +51,10 @@ def early_hints_response(links: list[str]) -> http.Response:
         timestamp_start=time.time(),
         timestamp_end=None,
     )
+
+
+def _nothing() -> Generator[Any, Any, None]:
+    yield from ()
 
 
 class SendEarlyHints(Patch):
@@ -85,7 +92,8 @@ class SendEarlyHints(Patch):
 
         def hints(stream: HttpStream) -> list[Command]:
             flow = stream.flow
-            if answered(stream) or flow.is_replay or flow.request.http_version != "HTTP/2.0":
+            # The connection's protocol, not the request's http_version, which an addon may set.
+            if answered(stream) or flow.is_replay or stream.context.client.alpn != b"h2":
                 return []
             links = [link for link in links_for(flow) or () if link.isascii()]
             if not links:
@@ -106,10 +114,15 @@ class SendEarlyHints(Patch):
         def _handle_event(self: HttpStream, event: Any) -> Generator[Any, Any, None]:
             # Not a generator itself: every other event goes to mitmproxy's own, unwrapped.
             if type(event) is Wakeup:
-                wakeup, links = self.__dict__.get(WAITING, (None, []))
-                if event.command is wakeup:
+                pending = self.__dict__.get(WAITING)
+                if pending is not None and event.command is pending[0]:
                     del self.__dict__[WAITING]
-                    return send_hints(self, links)
+                    return send_hints(self, pending[1])
+                # mitmproxy's HttpStream (12.2.3) asks for no wakeups and would fail on one: a
+                # wakeup no patch took (the first-byte timeout's take theirs before this one)
+                # is dropped, as that patch dropped them before it passed others on.
+                log.debug("dropped a wakeup no patch of HttpStream asked for: %r", event.command)
+                return _nothing()
             return original_handle_event(self, event)
 
         def state_wait_for_request_headers(
