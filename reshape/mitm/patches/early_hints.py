@@ -58,9 +58,10 @@ def _nothing() -> Generator[Any, Any, None]:
 
 
 class SendEarlyHints(Patch):
-    """Once a request's `requestheaders` hook has run, send its HTTP/2 client the 103 Early Hints
-    response whose Link values `links_for(flow)` gives (none: nothing is sent), before the request
-    goes anywhere; then `sent(flow)`.
+    """Once a request's `requestheaders` hook has run, send its HTTP/2 client, `delay` later
+    (the request goes on meanwhile) and unless the response or an error came first, the 103
+    Early Hints response whose Link values `links_for(flow)` gives (none: nothing is sent); then
+    `sent(flow)`.
 
     Why: no mitmproxy 12.2.3 hook can write to the client before the flow's response: a hook may
     only set `flow.response`, which is final. `HttpStream` itself sends a 1xx only for `Expect:
