@@ -19,6 +19,15 @@ The pool serves each request from the front of its FIFO queue by the first rule 
    flight), only for idempotent requests, only while the origin has not broken it;
 5. otherwise it waits, or is rejected at once if the queue is full.
 
+A request that goes again because its connection was lost without notice (see MAX_ATTEMPTS) is
+never sent on an HTTP/1.1 connection that had carried requests at that moment: when an origin
+drops one reused connection unannounced (its keep-alive timeout, a limit of requests per
+connection, a pipeline it breaks), its other used connections are the likeliest to be dropped
+next, and a second loss would fail the request. It takes a connection that has carried nothing
+yet (one being opened, or opened after the loss; not a warm one that idled) or an HTTP/2 one,
+before any other request does; when the pool is at its cap, an idle HTTP/1.1 connection is
+closed to make room for it (`CloseReason.ROOM_FOR_RETRY`).
+
 Warm connections (`preconnect`): connections opened before any request asked for them, because a
 page load is expected to need them soon. They count against `max_connections` like any other,
 a request takes a warm one before any other free connection (rules 1 and 2), and one that no
@@ -75,7 +84,9 @@ from dataclasses import dataclass, field
 # likely been processed: it fails (502), as it would in a browser. Only the driver knows which
 # request went out first (`connection_lost(first_sent=)`). A keep-alive race (the origin
 # closed an idle connection as the request left) and requests behind a response that announced
-# its close cost no attempt: they never reached the origin.
+# its close cost no attempt: they never reached the origin. A request that goes again after an
+# unannounced loss goes on a connection that has carried nothing yet (the module docstring), so
+# the origin's other stale connections cannot use up its attempts.
 MAX_ATTEMPTS = 2
 
 
@@ -177,6 +188,8 @@ class CloseReason(enum.Enum):
     OVER_LIMIT = "over_limit"  # idle, and above a cap lowered by a policy reload or a ceiling
     NEEDED_ELSEWHERE = "needed_elsewhere"  # idle a while, and another worker waits (`lend`)
     SERVER_CLOSED = "server_closed"  # the server closed it while the pool thought it idle
+    # idle HTTP/1.1, at the cap, and a request going again after a loss needs a new connection
+    ROOM_FOR_RETRY = "room_for_retry"
 
 
 @dataclass(frozen=True)
@@ -284,6 +297,9 @@ class _Waiter:
     token: int
     attempts: int = 0  # Assigns so far
     raced: bool = False  # it had its one free retry after a keep-alive race
+    # Going again after its connection was lost without notice: it takes no HTTP/1.1 connection
+    # with this id or lower (open at the loss) that had carried requests (`_fits`). 0: any.
+    after_conn: int = 0
     client: object = None  # who asked (PoolLimits.per_client); None: a client of its own
 
 
@@ -381,6 +397,10 @@ class HostPool:
         self._deadlines: list[tuple[float, int, int]] = []
         self._tokens = itertools.count()
         self._conn_ids = itertools.count(1)
+        self._last_conn_id = 0
+        # Waiters going again after a loss (`_Waiter.after_conn`); entries of waiters that left
+        # the queue are dropped lazily (`_retrying_waiters`).
+        self._retrying: dict[int, _Waiter] = {}
 
     # views
 
@@ -504,8 +524,7 @@ class HostPool:
         room = self.opening_cap - len(self._conns)
         actions: list[Action] = []
         for _ in range(max(0, min(missing, room))):
-            conn = _Connection(next(self._conn_ids), warm_idle_timeout=idle_timeout)
-            self._conns[conn.conn_id] = conn
+            conn = self._new_connection(warm_idle_timeout=idle_timeout)
             actions.append(Open(conn.conn_id, warm=True))
         return actions
 
@@ -599,6 +618,8 @@ class HostPool:
         at the front of the queue, unless each was the first request on a connection opened for
         it (see MAX_ATTEMPTS); the others fail (a request the origin may have processed is never
         sent twice). The rest of what was in flight had begun its response: the driver ends it.
+        Unless the close was `graceful`, those going again take no HTTP/1.1 connection that has
+        carried requests by now (the module docstring says why).
 
         `first_sent`: the request that went out first on it, which only the driver knows (the
         order on the wire can differ from the order of assignment); if the connection was opened
@@ -636,7 +657,12 @@ class HostPool:
             self.pipelining_broken = True
         unproven = None if conn.idled_warm else first_sent
         actions = self._take_back(
-            conn, lost, now, unprocessed=graceful or keep_alive_race, unproven=unproven
+            conn,
+            lost,
+            now,
+            unprocessed=graceful or keep_alive_race,
+            unproven=unproven,
+            fresh=not graceful,
         )
         for waiter_id in conn.in_flight:
             del self._assigned[waiter_id]
@@ -731,6 +757,7 @@ class HostPool:
             actions += [Fail(w, FailReason.SHUTDOWN) for w in conn.in_flight]
             actions.append(Close(conn.conn_id, CloseReason.SHUTDOWN))
         self._queue.clear()
+        self._retrying.clear()
         self._deadlines.clear()
         self._conns.clear()
         self._assigned.clear()
@@ -800,27 +827,39 @@ class HostPool:
         actions: list[Action] = []
         turns: _Turns | None = None
         while self._queue:
-            conn = self._free_connection()
-            if conn is None:
+            retrying = self._retrying_waiters()
+            match: tuple[_Waiter, _Connection] | None = None
+            for conn in self._free_connections():
+                # A request going again takes a connection it may use before anyone else.
+                waiter = next((w for w in retrying if _fits(w, conn)), None)
+                if waiter is None and len(retrying) < len(self._queue):
+                    if self._limits.per_client:
+                        if turns is None:
+                            turns = _Turns(
+                                (w for w in self._queue.values() if not w.after_conn),
+                                self._conns.values(),
+                            )
+                        waiter = turns.take()
+                    else:
+                        waiter = next(w for w in self._queue.values() if not w.after_conn)
+                if waiter is not None:
+                    match = (waiter, conn)
+                    break
+            if match is None:
                 break
-            if self._limits.per_client:
-                if turns is None:
-                    turns = _Turns(self._queue.values(), self._conns.values())
-                waiter = turns.take()
-            else:
-                waiter = next(iter(self._queue.values()))
-            actions.append(self._assign(waiter, conn, now))
+            actions.append(self._assign(*match, now))
         return actions
 
-    def _free_connection(self) -> _Connection | None:
-        # A warm connection first: it was opened for this, and would otherwise go to waste.
+    def _free_connections(self) -> list[_Connection]:
+        """Connections that can take a request now, the one to use first first: an HTTP/2 one
+        with a free stream if any (the oldest), else idle HTTP/1.1 ones (the most recently
+        used). A warm connection first: it was opened for this, and would otherwise go to
+        waste."""
         h2 = [c for c in self._conns.values() if c.free_h2_stream]
         if h2:
-            return min(h2, key=lambda c: (not c.unused_warm, c.conn_id))
+            return sorted(h2, key=lambda c: (not c.unused_warm, c.conn_id))
         h1 = [c for c in self._conns.values() if c.idle and c.h1_open_for_work]
-        if h1:
-            return max(h1, key=lambda c: (c.unused_warm, c.idle_since, c.conn_id))
-        return None
+        return sorted(h1, key=lambda c: (c.unused_warm, c.idle_since, c.conn_id), reverse=True)
 
     def _plan_for_waiters(self, now: float) -> list[Action]:
         """Rules 3 and 4 for a queue that no free connection can serve."""
@@ -843,10 +882,13 @@ class HostPool:
             opens = 1 if self._queue and room and not connecting else 0
         else:
             opens = min(room, max(0, len(self._queue) - connecting))
+            unserved = self._retries_without_connection()
+            if unserved > opens:
+                actions += self._make_room(unserved - room)
+                room = max(0, self.opening_cap - len(self._conns))
+                opens = min(room, unserved)
         for _ in range(opens):
-            conn = _Connection(next(self._conn_ids))
-            self._conns[conn.conn_id] = conn
-            actions.append(Open(conn.conn_id))
+            actions.append(Open(self._new_connection().conn_id))
         return actions
 
     def _pipeline(self, overflow: float, coverage: float, now: float) -> list[Action]:
@@ -861,8 +903,10 @@ class HostPool:
             if len(actions) >= overflow:
                 break
             if waiter.idempotent:
-                conn = self._pipeline_target(held)
+                conn = self._pipeline_target(held, waiter)
                 if conn is None:
+                    if waiter.after_conn:
+                        continue  # it goes again, and only on a new connection
                     break  # nobody behind can be pipelined either
                 actions.append(self._assign(waiter, conn, now))
                 continue
@@ -881,13 +925,14 @@ class HostPool:
             others_passed += 1
         return actions
 
-    def _pipeline_target(self, held: set[int]) -> _Connection | None:
+    def _pipeline_target(self, held: set[int], waiter: _Waiter) -> _Connection | None:
         candidates = [
             c
             for c in self._conns.values()
             if c.h1_open_for_work
             and 1 <= len(c.in_flight) < self._limits.pipeline_depth
             and c.conn_id not in held
+            and _fits(waiter, c)
             and all(w.idempotent for w in c.in_flight.values())
         ]
         return min(candidates, key=lambda c: (len(c.in_flight), c.conn_id), default=None)
@@ -922,6 +967,9 @@ class HostPool:
         else:
             kind = AssignKind.PIPELINED
         del self._queue[waiter.waiter_id]
+        if waiter.after_conn:
+            waiter.after_conn = 0
+            del self._retrying[waiter.waiter_id]
         conn.move(ConnEvent.ASSIGNED)
         conn.in_flight[waiter.waiter_id] = waiter
         conn.served += 1
@@ -932,6 +980,51 @@ class HostPool:
     def _close(self, conn: _Connection, reason: CloseReason) -> Close:
         del self._conns[conn.conn_id]
         return Close(conn.conn_id, reason)
+
+    def _new_connection(self, *, warm_idle_timeout: float | None = None) -> _Connection:
+        conn = _Connection(next(self._conn_ids), warm_idle_timeout=warm_idle_timeout)
+        self._conns[conn.conn_id] = conn
+        self._last_conn_id = conn.conn_id
+        return conn
+
+    def _retrying_waiters(self) -> list[_Waiter]:
+        """The queued waiters going again after a loss, in queue order; forgets those that left
+        the queue (timed out, cancelled, rejected). O(queue) only while there are some."""
+        if not self._retrying:
+            return []
+        gone = [i for i, w in self._retrying.items() if self._queue.get(i) is not w]
+        for waiter_id in gone:
+            self._retrying[waiter_id].after_conn = 0
+            del self._retrying[waiter_id]
+        if not self._retrying:
+            return []
+        return [w for w in self._queue.values() if w.after_conn]
+
+    def _retries_without_connection(self) -> int:
+        """How many waiters going again after a loss no connection being opened will serve
+        (HTTP/1.1: one each; a warm one only if opened after the latest of their losses)."""
+        retrying = self._retrying_waiters()
+        if not retrying:
+            return 0
+        after = max(w.after_conn for w in retrying)
+        coming = sum(
+            1
+            for c in self._conns.values()
+            if c.state is ConnState.CONNECTING
+            and (c.warm_idle_timeout is None or c.conn_id > after)
+        )
+        return max(0, len(retrying) - coming)
+
+    def _make_room(self, count: int) -> list[Action]:
+        """Close up to `count` idle connections (least recently used first) so that requests
+        going again after a loss get new ones: none of them may use these."""
+        if count <= 0:
+            return []
+        idle = sorted(
+            (c for c in self._conns.values() if c.idle and c.proto is Proto.H1),
+            key=lambda c: (c.idle_since, c.conn_id),
+        )
+        return [self._close(c, CloseReason.ROOM_FOR_RETRY) for c in idle[:count]]
 
     def _connect_failed(self, conn: _Connection, now: float) -> list[Action]:
         del self._conns[conn.conn_id]
@@ -950,12 +1043,13 @@ class HostPool:
         never_sent: bool = False,
         unprocessed: bool = False,
         unproven: int | None = None,
+        fresh: bool = False,
     ) -> list[Action]:
         """Requests on `conn` that got no response: idempotent ones go again (in the order they
         were assigned, which is their queue order) unless one is `unproven`, the first request
         on a connection opened for it (see MAX_ATTEMPTS), and the origin did not say it was
         `unprocessed`; others fail unless they were `never_sent`. Ids not in flight on it are
-        ignored."""
+        ignored. `fresh`: those going again take no HTTP/1.1 connection used by now."""
         actions: list[Action] = []
         again: list[_Waiter] = []
         named = set(waiter_ids)
@@ -973,6 +1067,9 @@ class HostPool:
             else:
                 again.append(waiter)
                 actions.append(Retry(waiter_id))
+                if fresh:
+                    waiter.after_conn = self._last_conn_id
+                    self._retrying[waiter_id] = waiter
         self._enqueue(again, now, front=True)
         return actions
 
@@ -1029,6 +1126,17 @@ class _Turns:
             del self._waiting[client]
         self._in_flight[client] = self._in_flight.get(client, 0) + 1
         return waiter
+
+
+def _fits(waiter: _Waiter, conn: _Connection) -> bool:
+    """Whether `waiter` may be sent on `conn`: anything may, but a request going again after
+    a loss takes no HTTP/1.1 connection that had carried a request (or idled warm) at the loss:
+    one opened after it, one that has carried nothing yet, or an HTTP/2 one."""
+    return (
+        conn.conn_id > waiter.after_conn
+        or conn.proto is not Proto.H1
+        or (conn.served == 0 and conn.warm_idle_timeout is None)
+    )
 
 
 def _client_of(waiter: _Waiter) -> object:

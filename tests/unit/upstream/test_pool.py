@@ -522,21 +522,26 @@ def test_a_non_idempotent_request_that_never_left_goes_again() -> None:
 
 
 def test_a_request_fails_after_max_attempts() -> None:
-    # Warm connections that idled: each one the request finds lost was proven (opened ahead of
-    # need), so the loss alone sends it again, until it has been sent MAX_ATTEMPTS times.
-    pool = make(max_connections=MAX_ATTEMPTS)
-    pool.preconnect(MAX_ATTEMPTS, 0.0, idle_timeout=5.0)
-    for conn_id in range(1, MAX_ATTEMPTS + 1):
-        pool.connection_ready(conn_id, H1, 0.0)
-    assert pool.request(1, 0.5, idempotent=True) == [Assign(1, MAX_ATTEMPTS, PRECONNECTED, 0.0)]
-    for conn_id in range(MAX_ATTEMPTS, 1, -1):
-        assert pool.connection_lost(conn_id, 1.0, unanswered=[1], first_sent=1) == [
+    # HTTP/2 connections on which another request went out first: each loss proves nothing
+    # against this request, so it goes again, until it has been sent MAX_ATTEMPTS times.
+    pool = make()
+    pool.request(101, 0.0, idempotent=True)
+    assert pool.connection_ready(1, H2, 0.0, max_streams=10) == [Assign(101, 1, NEW, 0.0)]
+    assert pool.request(1, 0.0, idempotent=True) == [Assign(1, 1, MULTIPLEXED, 0.0)]
+    for conn_id in range(1, MAX_ATTEMPTS):
+        first = 100 + conn_id
+        assert pool.connection_lost(conn_id, 1.0, unanswered=[1], first_sent=first) == [
             Retry(1),
-            Assign(1, conn_id - 1, PRECONNECTED, 0.0),
+            Open(conn_id + 1),
         ]
-    assert pool.connection_lost(1, 2.0, unanswered=[1], first_sent=1) == [
-        Fail(1, FailReason.RETRIES_EXHAUSTED)
-    ]
+        assert pool.request(first + 1, 1.0, idempotent=True) == []  # the h2 connect covers it
+        assert pool.connection_ready(conn_id + 1, H2, 1.0, max_streams=10) == [
+            Assign(1, conn_id + 1, NEW, 0.0),  # the request going again first
+            Assign(first + 1, conn_id + 1, MULTIPLEXED, 0.0),
+        ]
+    assert pool.connection_lost(
+        MAX_ATTEMPTS, 2.0, unanswered=[1], first_sent=100 + MAX_ATTEMPTS
+    ) == [Fail(1, FailReason.RETRIES_EXHAUSTED)]
 
 
 def test_a_warm_connection_taken_as_it_comes_up_is_not_proven() -> None:
@@ -636,26 +641,115 @@ def test_an_h1_request_that_never_left_costs_no_attempt() -> None:
     ]
 
 
+def idle_h1(pool: HostPool, conns: int) -> None:
+    """`conns` HTTP/1.1 connections that have each served one request (waiters 101, 102, ...)
+    and are idle; connection n went idle at time n / 10."""
+    busy_h1(pool, conns)
+    for n in range(conns):
+        assert pool.request_done(n + 1, 101 + n, (n + 1) / 10, reusable=True) == []
+
+
+def test_a_request_going_again_after_a_loss_takes_a_new_connection() -> None:
+    # The origin dropped a reused connection without notice (a keep-alive race): the others
+    # open at that moment may be dropped next, so the request goes on a new one; other
+    # requests still take the idle ones.
+    pool = make(max_connections=3)
+    idle_h1(pool, 2)
+    assert pool.request(1, 1.0, idempotent=True) == [Assign(1, 2, REUSED, 0.0)]
+    assert pool.connection_lost(2, 1.0, unanswered=[1], first_sent=102) == [Retry(1), Open(3)]
+    assert pool.request(2, 1.5, idempotent=True) == [Assign(2, 1, REUSED, 0.0)]
+    assert pool.connection_ready(3, H1, 2.0) == [Assign(1, 3, NEW, 1.0)]
+
+
+def test_a_request_going_again_does_not_take_a_connection_that_frees_up() -> None:
+    pool = make(max_connections=3)
+    idle_h1(pool, 2)
+    assert pool.request(1, 1.0, idempotent=True) == [Assign(1, 2, REUSED, 0.0)]
+    assert pool.request(2, 1.0, idempotent=True) == [Assign(2, 1, REUSED, 0.0)]
+    assert pool.connection_lost(2, 1.0, unanswered=[1], first_sent=102) == [Retry(1), Open(3)]
+    assert pool.request(3, 1.0, idempotent=True) == [Open(4)]
+    # Connection 1 frees up: it goes to request 3, not to the one going again.
+    assert pool.request_done(1, 2, 1.5, reusable=True) == [Assign(3, 1, REUSED, 0.5)]
+    assert pool.connection_ready(3, H1, 2.0) == [Assign(1, 3, NEW, 1.0)]
+    assert pool.connection_ready(4, H1, 2.0) == []
+
+
+def test_at_the_cap_an_idle_connection_is_closed_for_a_request_going_again() -> None:
+    pool = make(max_connections=2)
+    idle_h1(pool, 2)
+    assert pool.request(1, 1.0, idempotent=True) == [Assign(1, 2, REUSED, 0.0)]
+    assert pool.connection_lost(2, 1.0, unanswered=[1], first_sent=102) == [Retry(1), Open(3)]
+    # Two requests lost from one pipeline, one slot free and one idle connection: the idle
+    # one is closed, and each gets a connection of its own.
+    pool = make(max_connections=2, pipeline_depth=3)
+    idle_h1(pool, 2)
+    assert pool.request(1, 1.0, idempotent=True) == [Assign(1, 2, REUSED, 0.0)]
+    assert pool.request(2, 1.0, idempotent=True) == [Assign(2, 1, REUSED, 0.0)]
+    assert pool.request(3, 1.0, idempotent=True) == [Assign(3, 1, PIPELINED, 0.0)]
+    assert pool.request_done(2, 1, 1.5, reusable=True) == []  # connection 2 idle again
+    assert pool.connection_lost(1, 2.0, unanswered=[2, 3], first_sent=101) == [
+        Retry(2),
+        Retry(3),
+        Close(2, CloseReason.ROOM_FOR_RETRY),
+        Open(3),
+        Open(4),
+    ]
+    assert pool.connection_ready(3, H1, 2.5) == [Assign(2, 3, NEW, 0.5)]
+    assert pool.connection_ready(4, H1, 2.5) == [Assign(3, 4, NEW, 0.5)]
+
+
+def test_a_request_going_again_is_not_pipelined_onto_an_older_connection() -> None:
+    pool = make(max_connections=2, pipeline_depth=3)
+    busy_h1(pool, 2)
+    assert pool.request(1, 0.0, idempotent=True) == [Assign(1, 1, PIPELINED, 0.0)]
+    assert pool.request(2, 0.0, idempotent=True) == [Assign(2, 2, PIPELINED, 0.0)]
+    # Connection 1 is lost with 101 answering and 1 behind it: pipelining is off from now on,
+    # and request 1 waits for a connection opened after the loss.
+    assert pool.connection_lost(1, 1.0, unanswered=[1], first_sent=101) == [Retry(1), Open(3)]
+    assert pool.connection_ready(3, H1, 1.5) == [Assign(1, 3, NEW, 0.5)]
+
+
+def test_a_request_going_again_is_served_before_other_clients() -> None:
+    # With per-client shares a new connection would go to the client with the fewest requests
+    # in flight (b); the request that lost its connection (a's) takes it first.
+    pool = make(max_connections=4, per_client=2)
+    pool.request(101, 0.0, idempotent=True, client="a")
+    pool.request(102, 0.0, idempotent=True, client="a")
+    pool.connection_ready(1, H1, 0.0)
+    pool.connection_ready(2, H1, 0.0)
+    pool.request_done(1, 101, 0.1, reusable=True)
+    assert pool.request(1, 1.0, idempotent=True, client="a") == [Assign(1, 1, REUSED, 0.0)]
+    assert pool.connection_lost(1, 1.0, unanswered=[1], first_sent=101) == [Retry(1), Open(3)]
+    assert pool.request(2, 1.0, idempotent=True, client="b") == [Open(4)]
+    assert pool.connection_ready(3, H1, 1.5) == [Assign(1, 3, NEW, 0.5)]
+    assert pool.connection_ready(4, H1, 1.5) == [Assign(2, 4, NEW, 0.5)]
+
+
+def test_an_announced_close_sends_the_requests_behind_to_any_connection() -> None:
+    # `graceful`: the origin said it would close; what was pipelined behind never reached it.
+    pool = make(max_connections=2, pipeline_depth=3)
+    idle_h1(pool, 2)
+    assert pool.request(1, 1.0, idempotent=True) == [Assign(1, 2, REUSED, 0.0)]
+    assert pool.request(2, 1.0, idempotent=True) == [Assign(2, 1, REUSED, 0.0)]
+    assert pool.request(3, 1.0, idempotent=True) == [Assign(3, 1, PIPELINED, 0.0)]
+    assert pool.request_done(2, 1, 1.5, reusable=True) == []
+    assert pool.connection_lost(1, 2.0, unanswered=[3], graceful=True) == [
+        Retry(3),
+        Assign(3, 2, REUSED, 0.0),
+    ]
+
+
 def test_the_keep_alive_race_is_free_once_per_request() -> None:
-    # A request that kills every connection it is sent on must not go round the idle ones.
+    # A request that kills every connection it is sent on must not go round them: after the
+    # free race it goes on a new connection, and losing that one (it is the first request
+    # there, so it most likely reached the origin) fails it.
     pool = make(max_connections=4)
-    for waiter in range(101, 105):
-        pool.request(waiter, 0.0, idempotent=True)
-    for conn_id in range(1, 5):
-        assert pool.connection_ready(conn_id, H1, 0.0) == [Assign(100 + conn_id, conn_id, NEW, 0)]
-    for conn_id in range(1, 5):
-        pool.request_done(conn_id, 100 + conn_id, 0.0, reusable=True)
+    idle_h1(pool, 4)
     assert pool.request(1, 1.0, idempotent=True) == [Assign(1, 4, REUSED, 0.0)]
-    assert pool.connection_lost(4, 1.0, unanswered=[1], first_sent=104) == [
-        Retry(1),
-        Assign(1, 3, REUSED, 0.0),
-    ]
-    assert pool.connection_lost(3, 1.0, unanswered=[1], first_sent=103) == [
-        Retry(1),
-        Assign(1, 2, REUSED, 0.0),
-    ]
-    assert pool.connection_lost(2, 1.0, unanswered=[1], first_sent=102) == [
-        Fail(1, FailReason.RETRIES_EXHAUSTED)
+    assert pool.connection_lost(4, 1.0, unanswered=[1], first_sent=104) == [Retry(1), Open(5)]
+    assert pool.connection_ready(5, H1, 1.5) == [Assign(1, 5, NEW, 0.5)]
+    assert pool.connection_lost(5, 2.0, unanswered=[1], first_sent=1) == [
+        Fail(1, FailReason.CONNECTION_LOST)
     ]
 
 
@@ -950,6 +1044,8 @@ class ModelWaiter:
     attempts: int = 0  # assigns, less those lost to an announced close
     raced: bool = False  # had its free retry after a keep-alive race
     sent: int = 0  # when it was last assigned, in assignment order
+    # Going again after a connection lost without notice: no HTTP/1.1 connection up to this id.
+    after: int = 0
 
 
 LIMITS = st.builds(
@@ -1017,15 +1113,32 @@ class PoolMachine(RuleBasedStateMachine):
         """A usable h2 connection: waiters wait for its streams rather than open another."""
         return any(x.ready and x.proto is H2 and not x.draining for x in self.conns.values())
 
-    def preferred_conn(self) -> int:
-        """Rules 1 and 2: the oldest h2 connection with a free stream, else the most recently
-        used idle h1 connection."""
+    def fits(self, waiter_id: int, conn_id: int) -> bool:
+        """A request going again after a loss takes no HTTP/1.1 connection that had carried a
+        request at the loss (the model has no warm connections)."""
+        conn = self.conns[conn_id]
+        return conn_id > self.waiters[waiter_id].after or conn.proto is not H1 or conn.served == 0
+
+    def expected_assignment(self) -> tuple[int, int] | None:
+        """Rules 1 and 2, for (waiter, connection): free connections in order of preference
+        (the oldest h2 one with a free stream, else idle h1 ones, the most recently used
+        first); the first one that a request going again may use goes to the first such
+        request in the queue, else to the first other request."""
         usable = {c: x for c, x in self.conns.items() if x.ready and not x.draining}
         h2 = [c for c, x in usable.items() if x.proto is H2 and len(x.in_flight) < x.max_streams]
         if h2:
-            return min(h2)
-        idle = [(x.idle_since, c) for c, x in usable.items() if x.proto is H1 and not x.in_flight]
-        return max(idle)[1]
+            free = sorted(h2)
+        else:
+            idle = [
+                (x.idle_since, c) for c, x in usable.items() if x.proto is H1 and not x.in_flight
+            ]
+            free = [c for _, c in sorted(idle, reverse=True)]
+        for conn_id in free:
+            retrying = [w for w in self.queue if self.waiters[w].after and self.fits(w, conn_id)]
+            others = [w for w in self.queue if not self.waiters[w].after]
+            if retrying or others:
+                return (retrying or others)[0], conn_id
+        return None
 
     def play(
         self,
@@ -1037,6 +1150,7 @@ class PoolMachine(RuleBasedStateMachine):
         unprocessed: bool = False,
         unproven: int | None = None,
         new_waiter: int | None = None,
+        fresh: bool = False,
     ) -> None:
         """Check each action against the model as it stands, then apply it."""
         pending = list(unanswered or [])
@@ -1069,19 +1183,23 @@ class PoolMachine(RuleBasedStateMachine):
                     assert waiter.idempotent and not self.broken
                     assert len(conn.in_flight) < self.limits.pipeline_depth
                     assert all(self.waiters[w].idempotent for w in conn.in_flight)
+                assert self.fits(action.waiter_id, action.conn_id)
                 if kind is not PIPELINED:
-                    assert self.queue[0] == action.waiter_id  # shared capacity goes in order
-                    assert action.conn_id == self.preferred_conn()
-                position = self.queue.index(action.waiter_id)
-                overtaken += [
-                    w
-                    for w in self.queue[:position]
-                    if self.waiters[w].idempotent == waiter.idempotent
-                ]
+                    # shared capacity goes in order, requests going again first
+                    assert (action.waiter_id, action.conn_id) == self.expected_assignment()
+                if not waiter.after:  # one going again may pass others
+                    position = self.queue.index(action.waiter_id)
+                    overtaken += [
+                        w
+                        for w in self.queue[:position]
+                        if self.waiters[w].idempotent == waiter.idempotent
+                        and not self.waiters[w].after
+                    ]
                 assert action.queued_for == self.now - waiter.enqueued_at
                 self.queue.remove(action.waiter_id)
                 waiter.status = "in_flight"
                 waiter.requeued = False
+                waiter.after = 0
                 waiter.assigns += 1
                 waiter.attempts += 1
                 self.assignments += 1
@@ -1118,6 +1236,10 @@ class PoolMachine(RuleBasedStateMachine):
                 elif action.reason is CloseReason.NEEDED_ELSEWHERE:
                     assert self.lend > 0 and self.now - conn.idle_since >= self.lend_after
                     self.lend -= 1
+                elif action.reason is CloseReason.ROOM_FOR_RETRY:
+                    # at the cap, for a request going again that may not use it
+                    assert conn.proto is H1
+                    assert any(self.waiters[w].after >= action.conn_id for w in self.queue)
                 else:
                     assert conn.draining
             elif isinstance(action, Retry):
@@ -1133,6 +1255,7 @@ class PoolMachine(RuleBasedStateMachine):
                 waiter.status = "queued"
                 waiter.requeued = True
                 waiter.enqueued_at = self.now
+                waiter.after = self.last_conn if fresh else 0
             else:
                 assert isinstance(action, Fail)
                 waiter = self.waiters[action.waiter_id]
@@ -1291,6 +1414,7 @@ class PoolMachine(RuleBasedStateMachine):
             unanswered=unanswered,
             unprocessed=graceful or keep_alive_race,
             unproven=first_sent,
+            fresh=not graceful,
         )
 
     @precondition(lambda self: any(self.conns[c].in_flight for c in self.ready_conns()))
@@ -1475,9 +1599,13 @@ class PoolMachine(RuleBasedStateMachine):
         assert len(self.queue) <= self.limits.max_queue + self.highest_cap + requeued
         if not self.queue:
             return
-        for conn in self.conns.values():
+        for conn_id, conn in self.conns.items():
             if conn.ready and not conn.draining:
-                assert not (conn.proto is H1 and not conn.in_flight), "an idle connection"
+                assert not (
+                    conn.proto is H1
+                    and not conn.in_flight
+                    and any(self.fits(w, conn_id) for w in self.queue)
+                ), "an idle connection"
                 assert not (conn.proto is H2 and len(conn.in_flight) < conn.max_streams)
         if self.live_h2():  # waits for a stream
             return
@@ -1492,9 +1620,10 @@ class PoolMachine(RuleBasedStateMachine):
             and self.limits.pipeline_depth >= 2
             and not self.broken
         ):  # at the cap with nothing coming: the head would be pipelined if it could
-            for conn in self.conns.values():
+            for conn_id, conn in self.conns.items():
                 assert not (
                     conn.ready
+                    and self.fits(self.queue[0], conn_id)
                     and conn.proto is H1
                     and not conn.draining
                     and 1 <= len(conn.in_flight) < self.limits.pipeline_depth
