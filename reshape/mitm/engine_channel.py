@@ -44,7 +44,7 @@ from mitmproxy.proxy.layers.http._events import (
 )
 
 from reshape.base.flowstate import FlowState, state_of
-from reshape.mitm.engine_client import EngineResponse, EngineServer, Exchange
+from reshape.mitm.engine_client import EngineResponse, EngineServer, Exchange, InterimResponse
 from reshape.upstream.engine import (
     DestinationRefused,
     Engine,
@@ -129,6 +129,7 @@ class EngineChannel:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._bodies: dict[int, _BodyStream] = {}
         self._requests: dict[int, UpstreamRequest] = {}
+        self._interims: set[asyncio.Task[bool]] = set()
         self._drained = asyncio.Event()
         self._drained.set()
 
@@ -143,6 +144,8 @@ class EngineChannel:
         if exchange.streamed:
             body_stream = self._bodies[exchange.stream_id] = _BodyStream(self._check_drained)
         request = self._requests[exchange.stream_id] = upstream_request(exchange, body_stream)
+        stream_id = exchange.stream_id
+        request.on_interim = lambda status, fields: self._interim(stream_id, status, fields)
         # Eager: see the module's docstring.
         task = asyncio.Task(
             self._run(exchange, state, route, request),
@@ -336,6 +339,30 @@ class EngineChannel:
             EngineResponse(self.server, stream_id, http_events, delivered)
         )
         return wanted
+
+    def _interim(self, stream_id: int, status: int, fields: Headers) -> None:
+        """The origin's informational response, to the client's layers at once: ahead of the
+        final head, which the exchange's task hands over a turn later at the earliest (a pass
+        never waits, so the eager task is normally done when this returns)."""
+        response = http.Response(
+            b"HTTP/2.0",
+            status,
+            b"",
+            http.Headers(trailer_fields(fields)),
+            None,
+            None,
+            time.time(),
+            None,
+        )
+        task = asyncio.Task(
+            self._inject(stream_id, [InterimResponse(stream_id, response)]),
+            loop=asyncio.get_running_loop(),
+            name=f"engine interim response {stream_id}",
+            eager_start=True,
+        )
+        if not task.done():
+            self._interims.add(task)
+            task.add_done_callback(self._interims.discard)
 
     async def _client_drained(self, stream_id: int) -> None:
         """Wait until the client has taken what was written for it (mitmproxy writes without

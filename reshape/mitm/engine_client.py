@@ -81,6 +81,14 @@ class ExchangeStarter(Protocol):
 
 
 @dataclass
+class InterimResponse(HttpEvent):
+    """An informational (1xx) response the origin sent ahead of the final one, for the
+    stream's client (reshape/mitm/patches/early_hints.py sends it on to an HTTP/2 client)."""
+
+    response: http.Response
+
+
+@dataclass
 class EngineResponse(events.ConnectionEvent):
     """What the engine has for one stream: HTTP events in order, injected by the driver."""
 

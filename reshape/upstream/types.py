@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Sequence
+from collections.abc import AsyncIterable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -101,6 +101,11 @@ class UpstreamRequest:
     # Filled in by the engine when the request goes out on a connection (the last one, if it
     # went again).
     assignment: Assignment | None = None
+    # Told of each informational response (1xx) the origin sends before the final one, other
+    # than 100 Continue and 101 (the hop's own business): status and fields. A proxy forwards
+    # them (RFC 9110 §15.2); 103 Early Hints is the one browsers act on. Called from the
+    # connection's reader: must not raise or block.
+    on_interim: Callable[[int, Headers], None] | None = None
 
     @property
     def idempotent(self) -> bool:

@@ -245,3 +245,52 @@ class ReadCountingH2Origin(ScriptedOrigin):
                 )
                 connection.send_data(event.stream_id, path, end_stream=True)
             writer.write(connection.data_to_send())
+
+
+class EarlyHintsOrigin(ScriptedOrigin):
+    """Answers every GET with a 103 Early Hints (`LINK`), then, `wait` seconds later, 200 with
+    the path as body: an origin that tells the browser what the page needs while it makes the
+    page. HTTP/2 when it offers h2 (`alpn`), else HTTP/1.1."""
+
+    LINK = b"</static/site.css>; rel=preload; as=style"
+
+    def __init__(
+        self,
+        host: str,
+        tls: IssuedCert | None = None,
+        alpn: tuple[str, ...] = ("http/1.1",),
+        wait: float = 0.05,
+    ) -> None:
+        super().__init__(host, tls, alpn)
+        self.wait = wait
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        ssl_object = writer.get_extra_info("ssl_object")
+        if ssl_object is not None and ssl_object.selected_alpn_protocol() == "h2":
+            await self._h2(reader, writer)
+            return
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            path = head.split(b" ")[1]
+            writer.write(b"HTTP/1.1 103 Early Hints\r\nLink: " + self.LINK + b"\r\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(self.wait)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(path) + path)
+            await writer.drain()
+
+    async def _h2(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = h2_server(writer)
+        async for event in h2_events(connection, reader, writer):
+            if not isinstance(event, h2.events.RequestReceived):
+                continue
+            path = dict(event.headers or [])[b":path"]
+            connection.send_headers(event.stream_id, [(b":status", b"103"), (b"link", self.LINK)])
+            writer.write(connection.data_to_send())
+            await writer.drain()
+            await asyncio.sleep(self.wait)
+            connection.send_headers(
+                event.stream_id,
+                [(b":status", b"200"), (b"content-length", str(len(path)).encode())],
+            )
+            connection.send_data(event.stream_id, path, end_stream=True)
+            writer.write(connection.data_to_send())

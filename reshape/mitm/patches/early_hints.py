@@ -1,4 +1,5 @@
-"""A 103 Early Hints response to an HTTP/2 client, soon after a request's requestheaders hook."""
+"""103 Early Hints to an HTTP/2 client: reshape's own (learned), soon after a request's
+requestheaders hook, and the origin's own 1xx responses as the engine receives them."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from mitmproxy.proxy.layers.http import (
     SendHttp,
 )
 
+from reshape.mitm.engine_client import InterimResponse
 from reshape.mitm.patches.base import Patch, Replacement, relay
 
 log = logging.getLogger("reshape.early_hints")
@@ -74,6 +76,12 @@ class SendEarlyHints(Patch):
     an error came first. Not sent when the hook answered or killed the flow, nor to an HTTP/1.1
     client (`Http1Server` would take the 103 for the response itself); Chromium acts on Early
     Hints over HTTP/2 and HTTP/3 only.
+
+    The origin's own informational responses (1xx but 100 and 101) arrive from the engine as
+    `InterimResponse` events (reshape/mitm/engine_channel.py), which mitmproxy's HttpStream does
+    not know: the same `_handle_event` sends them on, the same way, to an HTTP/2 client while the
+    final response has not come, and drops them otherwise. mitmproxy 12.2.3 has no hook for them,
+    and its own server layers drop 1xx responses from origins.
     """
 
     def __init__(self, links_for: LinksFor, sent: HintsSent, *, delay: float = DELAY) -> None:
@@ -112,8 +120,20 @@ class SendEarlyHints(Patch):
                 stream.context.client,
             )
 
+        def forward_interim(
+            stream: HttpStream, response: http.Response
+        ) -> Generator[Any, Any, None]:
+            if answered(stream) or stream.context.client.alpn != b"h2":
+                log.debug(
+                    "an origin's %d not sent on: answered, or not HTTP/2", response.status_code
+                )
+                return
+            yield SendHttp(ResponseHeaders(stream.stream_id, response), stream.context.client)
+
         def _handle_event(self: HttpStream, event: Any) -> Generator[Any, Any, None]:
             # Not a generator itself: every other event goes to mitmproxy's own, unwrapped.
+            if type(event) is InterimResponse:
+                return forward_interim(self, event.response)
             if type(event) is Wakeup:
                 pending = self.__dict__.get(WAITING)
                 if pending is not None and event.command is pending[0]:

@@ -13,8 +13,9 @@ from mitmproxy.proxy.events import Wakeup
 from mitmproxy.proxy.layers.http import HttpStream, ResponseHeaders, SendHttp
 from mitmproxy.test import taddons, tflow
 
+from reshape.mitm.engine_client import InterimResponse
 from reshape.mitm.patches import Patches
-from reshape.mitm.patches.early_hints import WAITING, SendEarlyHints
+from reshape.mitm.patches.early_hints import WAITING, SendEarlyHints, early_hints_response
 
 LINKS = ["</app.css>; rel=preload; as=style"]
 
@@ -76,3 +77,34 @@ def test_a_wakeup_nobody_asked_for_is_dropped(sent: list[http.HTTPFlow]) -> None
     assert list(created._handle_event(Wakeup(RequestWakeup(1.0)))) == []
     assert list(created._handle_event(Wakeup(ours))) != []  # its own wakeup still works
     assert sent == [created.flow]
+
+
+# An origin's own 1xx (the engine's InterimResponse events).
+
+
+def test_an_origins_103_goes_on_to_an_http2_client_and_is_not_counted(
+    sent: list[http.HTTPFlow],
+) -> None:
+    created = stream()
+    hints = early_hints_response(["</origin.css>; rel=preload; as=style"])
+    commands = list(created._handle_event(InterimResponse(1, hints)))
+    assert len(commands) == 1 and isinstance(commands[0], SendHttp)
+    assert commands[0].connection is created.context.client
+    assert isinstance(commands[0].event, ResponseHeaders)
+    assert commands[0].event.response is hints
+    assert sent == []  # reshape's own hints are counted, not the origin's
+
+
+@pytest.mark.parametrize("why", ["http/1.1 client", "response", "error"])
+def test_an_origins_103_is_dropped_for_http1_or_once_answered(
+    sent: list[http.HTTPFlow], why: str
+) -> None:
+    created = stream()
+    if why == "http/1.1 client":
+        created.context.client.alpn = b"http/1.1"  # its server layer would take it as final
+    elif why == "response":
+        created.flow.response = tflow.tresp()
+    else:
+        created.flow.error = tflow.terr()
+    hints = early_hints_response(["</origin.css>; rel=preload; as=style"])
+    assert list(created._handle_event(InterimResponse(1, hints))) == []
