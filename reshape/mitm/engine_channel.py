@@ -193,7 +193,7 @@ class EngineChannel:
         the client's own pools (`share: false`) go too."""
         self.closed.set()
         self._drained.set()
-        for task in list(self._tasks.values()):
+        for task in [*self._tasks.values(), *self._interims]:
             task.cancel()
         if self.handler is not None:
             self.engine.release(self.handler.client.id)
@@ -348,7 +348,8 @@ class EngineChannel:
             b"HTTP/2.0",
             status,
             b"",
-            http.Headers(trailer_fields(fields)),
+            # Names lowercased: an HTTP/1.1 origin's `Link` goes out on HTTP/2.
+            http.Headers([(n.lower(), v) for n, v in trailer_fields(fields)]),
             None,
             None,
             time.time(),

@@ -300,6 +300,7 @@ class _Waiter:
     # Going again after its connection was lost without notice: it takes no HTTP/1.1 connection
     # with this id or lower (open at the loss) that had carried requests (`_fits`). 0: any.
     after_conn: int = 0
+    lost_at: float = 0.0  # when (with after_conn)
     client: object = None  # who asked (PoolLimits.per_client); None: a client of its own
 
 
@@ -828,10 +829,22 @@ class HostPool:
         turns: _Turns | None = None
         while self._queue:
             retrying = self._retrying_waiters()
+            # No room to open a connection for a request going again, and none coming: an
+            # HTTP/1.1 connection that frees up is kept for `_make_room` to close, not handed
+            # to a later request (which would starve the one going again).
+            reserve = (
+                bool(retrying)
+                and len(self._conns) >= self.max_connections
+                and self._retries_without_connection() > 0
+            )
             match: tuple[_Waiter, _Connection] | None = None
             for conn in self._free_connections():
                 # A request going again takes a connection it may use before anyone else.
                 waiter = next((w for w in retrying if _fits(w, conn)), None)
+                if waiter is not None and turns is not None:
+                    turns.count(waiter)
+                if waiter is None and reserve and conn.proto is Proto.H1:
+                    continue
                 if waiter is None and len(retrying) < len(self._queue):
                     if self._limits.per_client:
                         if turns is None:
@@ -884,9 +897,12 @@ class HostPool:
             opens = min(room, max(0, len(self._queue) - connecting))
             unserved = self._retries_without_connection()
             if unserved > opens:
-                actions += self._make_room(unserved - room)
-                room = max(0, self.opening_cap - len(self._conns))
-                opens = min(room, unserved)
+                # Each replaces the connection it lost: within the cap in force, not a client's
+                # share (`opening_cap`), which idle connections kept from clients that left can
+                # exceed; idle ones are closed only as far as the cap needs.
+                actions += self._make_room(unserved - (self.max_connections - len(self._conns)))
+                room = max(0, self.max_connections - len(self._conns))
+                opens = max(opens, min(room, unserved))
         for _ in range(opens):
             actions.append(Open(self._new_connection().conn_id))
         return actions
@@ -1002,17 +1018,11 @@ class HostPool:
 
     def _retries_without_connection(self) -> int:
         """How many waiters going again after a loss no connection being opened will serve
-        (HTTP/1.1: one each; a warm one only if opened after the latest of their losses)."""
+        (HTTP/1.1: one each; any connection still connecting has carried nothing)."""
         retrying = self._retrying_waiters()
         if not retrying:
             return 0
-        after = max(w.after_conn for w in retrying)
-        coming = sum(
-            1
-            for c in self._conns.values()
-            if c.state is ConnState.CONNECTING
-            and (c.warm_idle_timeout is None or c.conn_id > after)
-        )
+        coming = sum(1 for c in self._conns.values() if c.state is ConnState.CONNECTING)
         return max(0, len(retrying) - coming)
 
     def _make_room(self, count: int) -> list[Action]:
@@ -1068,7 +1078,7 @@ class HostPool:
                 again.append(waiter)
                 actions.append(Retry(waiter_id))
                 if fresh:
-                    waiter.after_conn = self._last_conn_id
+                    waiter.after_conn, waiter.lost_at = self._last_conn_id, now
                     self._retrying[waiter_id] = waiter
         self._enqueue(again, now, front=True)
         return actions
@@ -1118,6 +1128,12 @@ class _Turns:
                 self._in_flight[client] = self._in_flight.get(client, 0) + 1
         self._order = {client: rank for rank, client in enumerate(self._waiting)}
 
+    def count(self, waiter: _Waiter) -> None:
+        """A waiter left out of these turns (one going again) was assigned: its client has one
+        more in flight."""
+        client = _client_of(waiter)
+        self._in_flight[client] = self._in_flight.get(client, 0) + 1
+
     def take(self) -> _Waiter:
         client = min(self._waiting, key=lambda c: (self._in_flight.get(c, 0), self._order[c]))
         waiters = self._waiting[client]
@@ -1130,12 +1146,16 @@ class _Turns:
 
 def _fits(waiter: _Waiter, conn: _Connection) -> bool:
     """Whether `waiter` may be sent on `conn`: anything may, but a request going again after
-    a loss takes no HTTP/1.1 connection that had carried a request (or idled warm) at the loss:
-    one opened after it, one that has carried nothing yet, or an HTTP/2 one."""
+    a loss takes no HTTP/1.1 connection that had carried a request, or idled warm, at the loss:
+    one opened after it, one that has carried nothing (a warm one only if it was still
+    connecting then), or an HTTP/2 one."""
     return (
         conn.conn_id > waiter.after_conn
         or conn.proto is not Proto.H1
-        or (conn.served == 0 and conn.warm_idle_timeout is None)
+        or (
+            conn.served == 0
+            and (conn.warm_idle_timeout is None or conn.idle_since >= waiter.lost_at)
+        )
     )
 
 

@@ -725,6 +725,62 @@ def test_a_request_going_again_is_served_before_other_clients() -> None:
     assert pool.connection_ready(4, H1, 1.5) == [Assign(2, 4, NEW, 0.5)]
 
 
+def test_a_request_going_again_opens_within_the_cap_not_its_clients_share() -> None:
+    # Clients b and c left their connections idle: the pool holds 6 against a's share of 2.
+    # The request going again replaces the connection it lost (within the cap of 6): the idle
+    # ones stay for whoever comes next.
+    pool = make(max_connections=6, per_client=2)
+    for n, client in enumerate("aabbcc"):
+        pool.request(101 + n, 0.0, idempotent=True, client=client)
+    carried = {}
+    for conn_id in range(1, 7):
+        (assigned,) = pool.connection_ready(conn_id, H1, 0.0)
+        assert isinstance(assigned, Assign)
+        carried[conn_id] = assigned.waiter_id
+    for conn_id, waiter in carried.items():
+        if waiter != 101:
+            assert pool.request_done(conn_id, waiter, conn_id / 10, reusable=True) == []
+    assert pool.request(1, 1.0, idempotent=True, client="a") == [Assign(1, 6, REUSED, 0.0)]
+    assert pool.connection_lost(6, 1.0, unanswered=[1], first_sent=UNKNOWN) == [
+        Retry(1),
+        Open(7),
+    ]
+    assert pool.tick(1.0) == []
+    assert pool.connection_ready(7, H1, 1.5) == [Assign(1, 7, NEW, 0.5)]
+
+
+def test_at_the_cap_a_connection_that_frees_up_is_closed_for_a_request_going_again() -> None:
+    # Under a ceiling of 1, with others queued behind: the one connection left, once free, is
+    # not handed to them (the request going again would wait for ever) but closed for a new one.
+    pool = make(max_connections=2)
+    busy_h1(pool, 2)
+    pool.request_done(1, 101, 0.5, reusable=True)
+    assert pool.request(1, 1.0, idempotent=True) == [Assign(1, 1, REUSED, 0.0)]
+    assert pool.set_ceiling(1, 1.0) == []
+    assert pool.connection_lost(1, 1.0, unanswered=[1], first_sent=101) == [Retry(1)]
+    for waiter in range(2, 5):
+        assert pool.request(waiter, 1.5, idempotent=True) == []
+    assert pool.request_done(2, 102, 2.0, reusable=True) == [
+        Close(2, CloseReason.ROOM_FOR_RETRY),
+        Open(3),
+    ]
+    assert pool.connection_ready(3, H1, 2.5) == [Assign(1, 3, NEW, 1.5)]
+    assert pool.request_done(3, 1, 3.0, reusable=True) == [Assign(2, 3, REUSED, 1.5)]
+
+
+def test_a_warm_connection_still_connecting_at_the_loss_serves_a_request_going_again() -> None:
+    # It has carried nothing and has not idled: as good as a new one. One that came up
+    # before the loss and idled unused is not.
+    pool = make(max_connections=3)
+    idle_h1(pool, 1)
+    assert pool.preconnect(3, 0.5, idle_timeout=5.0) == [Open(2, warm=True), Open(3, warm=True)]
+    assert pool.connection_ready(2, H1, 0.6) == []  # up before the loss, idle
+    assert pool.request(1, 1.0, idempotent=True) == [Assign(1, 2, PRECONNECTED, 0.0)]
+    assert pool.request(2, 1.0, idempotent=True) == [Assign(2, 1, REUSED, 0.0)]
+    assert pool.connection_lost(1, 1.0, unanswered=[2], first_sent=101) == [Retry(2)]
+    assert pool.connection_ready(3, H1, 1.5) == [Assign(2, 3, PRECONNECTED, 0.5)]
+
+
 def test_an_announced_close_sends_the_requests_behind_to_any_connection() -> None:
     # `graceful`: the origin said it would close; what was pipelined behind never reached it.
     pool = make(max_connections=2, pipeline_depth=3)
@@ -1609,6 +1665,14 @@ class PoolMachine(RuleBasedStateMachine):
                 assert not (conn.proto is H2 and len(conn.in_flight) < conn.max_streams)
         if self.live_h2():  # waits for a stream
             return
+        for w in self.queue:  # a request going again has a connection coming, or waits for one
+            if self.waiters[w].after:  # to free up at the cap (then closed for a new one)
+                idle_h1 = [
+                    c
+                    for c, x in self.conns.items()
+                    if x.ready and not x.draining and x.proto is H1 and not x.in_flight
+                ]
+                assert self.connecting() or (len(self.conns) >= self.cap() and not idle_h1)
         if len(self.conns) < self.cap():  # room: connects cover the queue
             if self.expects_h2():
                 assert self.connecting() >= 1
