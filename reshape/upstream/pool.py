@@ -835,7 +835,7 @@ class HostPool:
             reserve = (
                 bool(retrying)
                 and len(self._conns) >= self.max_connections
-                and self._retries_without_connection() > 0
+                and self._retries_without_connection(retrying) > 0
             )
             match: tuple[_Waiter, _Connection] | None = None
             for conn in self._free_connections():
@@ -1016,10 +1016,12 @@ class HostPool:
             return []
         return [w for w in self._queue.values() if w.after_conn]
 
-    def _retries_without_connection(self) -> int:
-        """How many waiters going again after a loss no connection being opened will serve
-        (HTTP/1.1: one each; any connection still connecting has carried nothing)."""
-        retrying = self._retrying_waiters()
+    def _retries_without_connection(self, retrying: list[_Waiter] | None = None) -> int:
+        """How many waiters going again after a loss (`retrying`, if the caller has them) no
+        connection being opened will serve (HTTP/1.1: one each; any connection still connecting
+        has carried nothing)."""
+        if retrying is None:
+            retrying = self._retrying_waiters()
         if not retrying:
             return 0
         coming = sum(1 for c in self._conns.values() if c.state is ConnState.CONNECTING)
@@ -1129,8 +1131,8 @@ class _Turns:
         self._order = {client: rank for rank, client in enumerate(self._waiting)}
 
     def count(self, waiter: _Waiter) -> None:
-        """A waiter left out of these turns (one going again) was assigned: its client has one
-        more in flight."""
+        """`waiter` was assigned (taken here, or one going again, which these turns leave
+        out): its client has one more in flight."""
         client = _client_of(waiter)
         self._in_flight[client] = self._in_flight.get(client, 0) + 1
 
@@ -1140,7 +1142,7 @@ class _Turns:
         waiter = waiters.popleft()
         if not waiters:
             del self._waiting[client]
-        self._in_flight[client] = self._in_flight.get(client, 0) + 1
+        self.count(waiter)
         return waiter
 
 
