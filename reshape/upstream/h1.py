@@ -11,7 +11,6 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Callable
 
 from reshape.upstream import http1
 from reshape.upstream.types import (
@@ -49,7 +48,7 @@ class H1Response:
         self.keep_alive = True
         self.error: Exception | None = None
         self.turn = asyncio.Event()  # set when this exchange is at the front of the line
-        self.on_interim: Callable[[int, Headers], None] | None = None  # UpstreamRequest's
+        self.request: UpstreamRequest | None = None  # told of 1xx responses (`interim`)
 
     async def read(self) -> bytes:
         while not self.ended:
@@ -133,7 +132,7 @@ class H1Upstream:
             self._lost(UpstreamError("closed by the origin while idle"))
             raise Unanswered("connection closed before the request was sent")
         response = H1Response(self, waiter_id, request.method)
-        response.on_interim = request.on_interim
+        response.request = request
         # Framing is this hop's own: the client's Content-Length / Transfer-Encoding never pass.
         headers = [(b"Host", request.authority)] + [
             (name, value)
@@ -209,8 +208,8 @@ class H1Upstream:
         try:
             event = await self._next_event(response)
             while isinstance(event, http1.InformationalResponse):
-                if response.on_interim is not None and event.status != 100:
-                    response.on_interim(event.status, list(event.headers))
+                if response.request is not None:
+                    response.request.interim(event.status, list(event.headers))
                 event = await self._next_event(response)
         except asyncio.CancelledError:
             # The client left while its response was due: nobody will read it, so the

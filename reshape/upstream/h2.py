@@ -14,7 +14,6 @@ import contextlib
 import importlib.metadata
 import logging
 import time
-from collections.abc import Callable
 
 import h2.config
 import h2.connection
@@ -75,7 +74,7 @@ class H2Response:
         self.headers: Headers = []
         self.trailers: Headers = []
         self.head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.on_interim: Callable[[int, Headers], None] | None = None  # UpstreamRequest's
+        self.request: UpstreamRequest | None = None  # told of 1xx responses (`interim`)
         self._chunks: collections.deque[tuple[bytes, int]] = collections.deque()
         self._ended = False
         self._error: Exception | None = None
@@ -281,7 +280,7 @@ class H2Upstream:
             raise Unanswered("connection closed before the request was sent")
         stream_id = self.h2.get_next_available_stream_id()
         response = H2Response(self, stream_id)
-        response.on_interim = request.on_interim
+        response.request = request
         self._streams[stream_id] = response
         self._waiter_of[stream_id] = waiter_id
         if stream_id == 1 and not self.settings_received.is_set():
@@ -410,11 +409,10 @@ class H2Upstream:
                 response.head.set_result(None)
         elif isinstance(event, h2.events.InformationalResponseReceived):
             response = self._streams.get(event.stream_id)
-            if response is not None and response.on_interim is not None:
+            if response is not None and response.request is not None:
                 fields = event.headers or []
                 status = next((int(v) for n, v in fields if n == b":status"), 0)
-                if status not in (100, 101):
-                    response.on_interim(status, [(n, v) for n, v in fields if n[:1] != b":"])
+                response.request.interim(status, [(n, v) for n, v in fields if n[:1] != b":"])
         elif isinstance(event, h2.events.DataReceived):
             response = self._streams.get(event.stream_id)
             if response is None or not event.data:

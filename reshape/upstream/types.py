@@ -101,11 +101,17 @@ class UpstreamRequest:
     # Filled in by the engine when the request goes out on a connection (the last one, if it
     # went again).
     assignment: Assignment | None = None
-    # Told of each informational response (1xx) the origin sends before the final one, other
-    # than 100 Continue and 101 (the hop's own business): status and fields. A proxy forwards
-    # them (RFC 9110 §15.2); 103 Early Hints is the one browsers act on. Called from the
-    # connection's reader: must not raise or block.
+    # Told of the informational responses (1xx) the origin sends before the final one (see
+    # `interim`): status and fields. Called from the connection's reader: must not raise or
+    # block.
     on_interim: Callable[[int, Headers], None] | None = None
+
+    def interim(self, status: int, fields: Headers) -> None:
+        """The origin sent an informational response: `on_interim` is told of every 1xx but
+        100 Continue and 101 (the hop's own business). A proxy forwards them (RFC 9110 §15.2);
+        103 Early Hints is the one browsers act on."""
+        if self.on_interim is not None and status not in (100, 101):
+            self.on_interim(status, fields)
 
     @property
     def idempotent(self) -> bool:
