@@ -16,7 +16,7 @@ import pytest
 
 from labkit.origins import hypercorn_origin, nginx_origin
 from labkit.pki import OriginPKI
-from labkit.relay import RelayThread, relays
+from labkit.relay import Link, RelayThread, relays
 from tests.support.clients import h2_burst
 from tests.support.memory import RssPeak
 from tests.support.reshape_process import RunningProxy, StartProxy
@@ -137,8 +137,11 @@ def test_pipelining_carries_most_requests_and_survives_early_closes(
     start_reshape: StartProxy, site: Path, tmp_path: Path, relay_thread: RelayThread
 ) -> None:
     # nginx ends every connection after 7 responses: pipelines are cut short again and again.
+    # The link's 20 ms round trip keeps a queue in front of the two connections, as a distant
+    # origin does: with none, how much gets pipelined depends on how fast this machine serves
+    # each request (a third to four fifths of the sends, run alone), not on the pool.
     with nginx_origin(site, "127.0.0.2", keepalive_requests=7) as origin:
-        relay = relay_thread.add("127.0.0.14", (origin.host, origin.port))
+        relay = relay_thread.add("127.0.0.14", (origin.host, origin.port), Link.rtt(0.02))
         proxy = start_reshape(
             policy=policy_file(tmp_path, "{max_connections_per_host: 2, pipeline_depth: 8}")
         )
@@ -152,9 +155,10 @@ def test_pipelining_carries_most_requests_and_survives_early_closes(
     # read them (it lingers on close, labkit/origins.py, and neither the relay nor the proxy
     # drops an answer that reached it: tests/system/labkit/test_relay.py, test_wire.py).
     retries = proxy.metric("reshape_upstream_retries_total")
+    sent = proxy.metric("reshape_upstream_requests_total")  # the requests sent again included
     assert len(served) == total
     assert relay.stats.max_open <= 2
-    assert pipelined / total >= 0.5, proxy.metrics()
+    assert pipelined / sent >= 0.5, proxy.metrics()
     assert retries > 0
 
 
