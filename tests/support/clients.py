@@ -1,6 +1,7 @@
 """Clients for the tests: urllib and curl for whole requests, raw bytes on a socket, a burst of
-HTTP/2 requests in one write, and a well-behaved client that keeps asking (in a thread) while a
-test misbehaves, to show everyone else is still served."""
+HTTP/2 requests in one write, one HTTP/2 request whose 1xx heads are kept, and a well-behaved
+client that keeps asking (in a thread) while a test misbehaves, to show everyone else is still
+served."""
 
 from __future__ import annotations
 
@@ -13,12 +14,16 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Self
+from typing import TYPE_CHECKING, Protocol, Self
 
 import h2.config
 import h2.connection
 import h2.events
+
+if TYPE_CHECKING:
+    from tests.support.reshape_process import RunningProxy
 
 
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
@@ -218,3 +223,94 @@ def h2_burst(
                     ended.add(event.stream_id)
             sock.sendall(conn.data_to_send())
     return {path_of[i]: (statuses.get(i, 0), bodies[i]) for i in path_of}
+
+
+class Endpoint(Protocol):
+    """Where a test's origin listens (labkit's Origin, a scripted origin)."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+
+@dataclass
+class H2Answer:
+    """A response read by `h2_get`."""
+
+    informational: list[dict[bytes, bytes]]  # the 1xx heads before the response, in order
+    status: int
+    body: bytes
+
+
+def h2_get(proxy: RunningProxy, origin: Endpoint, path: str, headers: dict[str, str]) -> H2Answer:
+    """GET `path` of `origin` on a new h2 connection through `proxy`, every 1xx kept."""
+    host, port = proxy.listen.rsplit(":", 1)
+    with h2_tunnel((host, int(port)), (origin.host, origin.port), proxy.ca_cert) as sock:
+        conn = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, header_encoding=None)
+        )
+        conn.initiate_connection()
+        conn.send_headers(
+            1,
+            [
+                (b":method", b"GET"),
+                (b":scheme", b"https"),
+                (b":authority", f"{origin.host}:{origin.port}".encode()),
+                (b":path", path.encode()),
+                *((k.encode(), v.encode()) for k, v in headers.items()),
+            ],
+            end_stream=True,
+        )
+        sock.sendall(conn.data_to_send())
+        answer = H2Answer([], 0, b"")
+        while True:
+            data = sock.recv(65536)
+            assert data, "the proxy closed before the response ended"
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.InformationalResponseReceived):
+                    answer.informational.append(dict(event.headers))
+                elif isinstance(event, h2.events.ResponseReceived):
+                    answer.status = int(dict(event.headers)[b":status"])
+                elif isinstance(event, h2.events.DataReceived):
+                    answer.body += event.data
+                    conn.acknowledge_received_data(event.flow_controlled_length, 1)
+                elif isinstance(event, h2.events.StreamEnded):
+                    return answer
+            sock.sendall(conn.data_to_send())
+
+
+def curl_heads(proxy: RunningProxy, url: str, version: str) -> str:
+    """Every response head curl reads for a document request to `url` through `proxy`."""
+    return subprocess.run(
+        [
+            "curl",
+            "--silent",
+            "--show-error",
+            "--max-time",
+            "20",
+            version,
+            "--proxy",
+            proxy.proxy_url,
+            "--cacert",
+            str(proxy.ca_cert),
+            "--dump-header",
+            "-",
+            "--output",
+            "/dev/null",
+            "--header",
+            "sec-fetch-dest: document",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+
+
+def statuses_in(heads: str) -> list[str]:
+    """The status lines curl dumped, but the proxy's answer to its CONNECT."""
+    lines = [line.strip() for line in heads.splitlines() if line.startswith("HTTP/")]
+    return [line for line in lines if "Connection established" not in line]

@@ -11,13 +11,9 @@ from pathlib import Path
 import pytest
 
 from labkit.pki import OriginPKI
+from tests.support.clients import curl_heads, h2_get, statuses_in
 from tests.support.reshape_process import StartProxy
 from tests.support.scripted_origins import EarlyHintsOrigin
-from tests.system.features.early_hints.test_through_proxy import (
-    curl_heads,
-    h2_get,
-    statuses_in,
-)
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +39,7 @@ def test_an_origins_103_reaches_an_http2_client_before_the_response(
 ) -> None:
     proxy = start_reshape(policy=policy(tmp_path, knobs))
     for path in ("/index.html", "/again.html"):  # a new connection, then a reused one
-        answer = h2_get(proxy, origin, path, {"sec-fetch-dest": "document"})  # type: ignore[arg-type]
+        answer = h2_get(proxy, origin, path, {"sec-fetch-dest": "document"})
         assert answer.informational == [{b":status": b"103", b"link": EarlyHintsOrigin.LINK}]
         assert (answer.status, answer.body) == (200, path.encode())
     # Not reshape's own hints: the knob is off (the default), and nothing counts them.
@@ -56,9 +52,9 @@ def test_an_http1_client_gets_the_response_alone(
     """mitmproxy's HTTP/1.1 server would take a 1xx for the response itself; browsers act on
     Early Hints over HTTP/2 and HTTP/3 only, so an HTTP/1.1 client is not told."""
     proxy = start_reshape(policy=policy(tmp_path, "{}"))
-    heads = curl_heads(proxy, origin.url("/index.html"), "--http1.1")  # type: ignore[arg-type]
+    heads = curl_heads(proxy, origin.url("/index.html"), "--http1.1")
     assert statuses_in(heads) == ["HTTP/1.1 200 OK"]
-    assert statuses_in(curl_heads(proxy, origin.url("/index.html"), "--http2")) == [  # type: ignore[arg-type]
+    assert statuses_in(curl_heads(proxy, origin.url("/index.html"), "--http2")) == [
         "HTTP/2 103",
         "HTTP/2 200",
     ]

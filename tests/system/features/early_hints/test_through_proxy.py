@@ -5,22 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-import h2.config
-import h2.connection
-import h2.events
 import pytest
 
 from labkit.browser import BrowserSession
 from labkit.origins import Origin, nginx_origin
 from labkit.pki import OriginPKI
 from labkit.relay import Link, relays
-from tests.support.clients import h2_tunnel
+from tests.support.clients import H2Answer, curl_heads, h2_get, statuses_in
 from tests.support.reshape_process import RunningProxy, StartProxy
 
 pytestmark = pytest.mark.slow
@@ -87,51 +83,7 @@ def policy(tmp_path: Path, early_hints: str) -> Path:
     return path
 
 
-@dataclass
-class Answer:
-    informational: list[dict[bytes, bytes]]  # the 1xx heads before the response, in order
-    status: int
-    body: bytes
-
-
-def h2_get(proxy: RunningProxy, origin: Origin, path: str, headers: dict[str, str]) -> Answer:
-    """GET `path` of `origin` on a new h2 connection through `proxy`, every 1xx kept."""
-    host, port = proxy.listen.rsplit(":", 1)
-    with h2_tunnel((host, int(port)), (origin.host, origin.port), proxy.ca_cert) as sock:
-        conn = h2.connection.H2Connection(
-            h2.config.H2Configuration(client_side=True, header_encoding=None)
-        )
-        conn.initiate_connection()
-        conn.send_headers(
-            1,
-            [
-                (b":method", b"GET"),
-                (b":scheme", b"https"),
-                (b":authority", f"{origin.host}:{origin.port}".encode()),
-                (b":path", path.encode()),
-                *((k.encode(), v.encode()) for k, v in headers.items()),
-            ],
-            end_stream=True,
-        )
-        sock.sendall(conn.data_to_send())
-        answer = Answer([], 0, b"")
-        while True:
-            data = sock.recv(65536)
-            assert data, "the proxy closed before the response ended"
-            for event in conn.receive_data(data):
-                if isinstance(event, h2.events.InformationalResponseReceived):
-                    answer.informational.append(dict(event.headers))
-                elif isinstance(event, h2.events.ResponseReceived):
-                    answer.status = int(dict(event.headers)[b":status"])
-                elif isinstance(event, h2.events.DataReceived):
-                    answer.body += event.data
-                    conn.acknowledge_received_data(event.flow_controlled_length, 1)
-                elif isinstance(event, h2.events.StreamEnded):
-                    return answer
-            sock.sendall(conn.data_to_send())
-
-
-def navigate(proxy: RunningProxy, site: Site, www: Origin | None = None) -> Answer:
+def navigate(proxy: RunningProxy, site: Site, www: Origin | None = None) -> H2Answer:
     answer = h2_get(
         proxy,
         www or site.www,
@@ -143,7 +95,7 @@ def navigate(proxy: RunningProxy, site: Site, www: Origin | None = None) -> Answ
     return answer
 
 
-def load(proxy: RunningProxy, site: Site, www: Origin | None = None) -> Answer:
+def load(proxy: RunningProxy, site: Site, www: Origin | None = None) -> H2Answer:
     """A page load as Chromium makes it: the document, then what the HTML names."""
     www = www or site.www
     document = navigate(proxy, site, www)
@@ -228,41 +180,6 @@ def test_no_103_without_the_knob_nor_to_an_http1_client(
     assert statuses_in(curl_heads(proxy, site.page, "--http1.1")) == ["HTTP/1.1 200 OK"]
     # The same page over HTTP/2 is hinted (min_loads 1).
     assert statuses_in(curl_heads(proxy, site.page, "--http2")) == ["HTTP/2 103", "HTTP/2 200"]
-
-
-def curl_heads(proxy: RunningProxy, url: str, version: str) -> str:
-    """Every response head curl reads for a document request to `url` through `proxy`."""
-    return subprocess.run(
-        [
-            "curl",
-            "--silent",
-            "--show-error",
-            "--max-time",
-            "20",
-            version,
-            "--proxy",
-            proxy.proxy_url,
-            "--cacert",
-            str(proxy.ca_cert),
-            "--dump-header",
-            "-",
-            "--output",
-            "/dev/null",
-            "--header",
-            "sec-fetch-dest: document",
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
-
-
-def statuses_in(heads: str) -> list[str]:
-    """The status lines curl dumped, but the proxy's answer to its CONNECT."""
-    lines = [line.strip() for line in heads.splitlines() if line.startswith("HTTP/")]
-    return [line for line in lines if "Connection established" not in line]
 
 
 @pytest.mark.browser
