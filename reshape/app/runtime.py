@@ -211,7 +211,9 @@ class ProxyProcess:
                 ListenBacklog(LISTEN_BACKLOG),  # connection storms (bench/soak)
                 SizeTlsRecords(tls_records.record_sizes),
                 ReportSplitRequests(split_requests.request_split),
-                SendEarlyHints(early_hints.links_for, early_hints.hints_sent),
+                SendEarlyHints(
+                    early_hints.links_for, early_hints.hints_sent, early_hints.interim_seen
+                ),
                 CarryHttp1Trailers(),
                 GuardHttp1Heads(
                     client_errors.report,

@@ -58,7 +58,7 @@ def reshape_patches() -> Iterator[None]:
             ValidateH2HeadersInOnePass(),
             SizeTlsRecords(lambda conn, client, size: None),
             ReportSplitRequests(_ignore),
-            SendEarlyHints(lambda flow: None, _ignore),
+            SendEarlyHints(lambda flow: None, _ignore, _ignore),
             CarryHttp1Trailers(),
             GuardHttp2Floods(_ignore),
             DefaultFrameSizeForClients(),

@@ -4,7 +4,9 @@ Thin on purpose: it tells the page-load tracker about requests, confirms a possi
 its response's head (`responseheaders`: the body is never needed), learns finished loads into
 the table (reshape/features/early_hints/learning.py), and puts the Link values for a document
 request on the flow's state; the patch `SendEarlyHints` writes them to the client as a 103 right
-after this hook, before the request goes anywhere.
+after this hook, before the request goes anywhere. It also counts the 1xx origins send
+themselves, which the patch forwards to HTTP/2 clients whatever the knobs
+(`reshape_origin_interim_responses_total`).
 
 Only requests under a policy with `early_hints.mode: learned` take part; a load is learned with
 the `max_misses` of the policy its document request ran under, and hinted by the knobs of the
@@ -105,3 +107,15 @@ class EarlyHints:
         selection = state_of(flow).selection
         if selection is not None:
             metrics.early_hints_total.labels(selection.policy_name, selection.arm).inc()
+
+    def interim_seen(self, flow: http.HTTPFlow, status: int, forwarded: bool) -> None:
+        """An origin's 1xx for `flow`, sent on to the client or not."""
+        selection = state_of(flow).selection
+        if selection is not None:
+            label = str(status) if str(status) in metrics.INTERIM_STATUSES else "other"
+            metrics.origin_interim_responses_total.labels(
+                selection.policy_name,
+                selection.arm,
+                label,
+                "forwarded" if forwarded else "dropped",
+            ).inc()

@@ -196,6 +196,17 @@ early_hints_total = Counter(
     "preloads and preconnects), by the policy and arm of the document request.",
     ["policy", "arm"],
 )
+# Origins' own informational responses (reshape/mitm/patches/early_hints.py), 100 and 101 aside.
+INTERIM_STATUSES = ("102", "103", "other")
+INTERIM_OUTCOMES = ("forwarded", "dropped")
+origin_interim_responses_total = Counter(
+    "reshape_origin_interim_responses",
+    "Informational (1xx) responses from origins, 100 Continue and 101 aside, by the policy and "
+    "arm of the request, the status (102, 103, other) and what reshape did: forwarded (to an "
+    "HTTP/2 client, before the final response) or dropped (an HTTP/1.1 client, or the response "
+    "or an error came first).",
+    ["policy", "arm", "status", "outcome"],
+)
 clients_total = Counter(
     "reshape_clients",
     "Client connections, counted at their first request, by whether they take trailers (HTTP/2, "
@@ -320,6 +331,9 @@ def precreate(label_pairs: Iterable[tuple[str, str]]) -> None:
         for action in TRAILER_ACTIONS:
             trailers_total.labels(policy, arm, action)
         early_hints_total.labels(policy, arm)
+        for status in INTERIM_STATUSES:
+            for outcome in INTERIM_OUTCOMES:
+                origin_interim_responses_total.labels(policy, arm, status, outcome)
     for outcome in RELOAD_OUTCOMES:
         policy_reloads_total.labels(outcome)
     for policy, arm in label_pairs:

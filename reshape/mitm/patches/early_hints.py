@@ -26,6 +26,8 @@ log = logging.getLogger("reshape.early_hints")
 # Both called inside mitmproxy's protocol code: must not raise. Provided by the early hints addon.
 LinksFor = Callable[[http.HTTPFlow], "list[str] | None"]
 HintsSent = Callable[[http.HTTPFlow], None]
+# An origin's 1xx for the flow: its status, and whether it went on to the client.
+InterimSeen = Callable[[http.HTTPFlow, int, bool], None]
 
 # How long after the request a 103 waits. Chromium (156) drops a 103 that arrives before it has
 # finished sending the request: its HTTP/2 stream takes the 1xx head in while the transaction has
@@ -80,20 +82,30 @@ class SendEarlyHints(Patch):
     The origin's own informational responses (1xx but 100 and 101) arrive from the engine as
     `InterimResponse` events (reshape/mitm/engine_channel.py), which mitmproxy's HttpStream does
     not know: the same `_handle_event` sends them on, the same way, to an HTTP/2 client while the
-    final response has not come, and drops them otherwise. mitmproxy 12.2.3 has no hook for them,
-    and its own server layers drop 1xx responses from origins.
+    final response has not come, and drops them otherwise; `interim_seen(flow, status, sent_on)`
+    hears of each. mitmproxy 12.2.3 has no hook for them, and its own server layers drop 1xx
+    responses from origins.
     """
 
-    def __init__(self, links_for: LinksFor, sent: HintsSent, *, delay: float = DELAY) -> None:
+    def __init__(
+        self,
+        links_for: LinksFor,
+        sent: HintsSent,
+        interim_seen: InterimSeen,
+        *,
+        delay: float = DELAY,
+    ) -> None:
         super().__init__()
         self.links_for = links_for
         self.sent = sent
+        self.interim_seen = interim_seen
         self.delay = delay
 
     def replacements(self) -> Iterable[Replacement]:
         original = HttpStream.state_wait_for_request_headers
         original_handle_event = HttpStream._handle_event
         links_for, sent, delay = self.links_for, self.sent, self.delay
+        interim_seen = self.interim_seen
 
         def answered(stream: HttpStream) -> bool:
             flow = stream.flow
@@ -127,7 +139,9 @@ class SendEarlyHints(Patch):
                 log.debug(
                     "an origin's %d not sent on: answered, or not HTTP/2", response.status_code
                 )
+                interim_seen(stream.flow, response.status_code, False)
                 return
+            interim_seen(stream.flow, response.status_code, True)
             yield SendHttp(ResponseHeaders(stream.stream_id, response), stream.context.client)
 
         def _handle_event(self: HttpStream, event: Any) -> Generator[Any, Any, None]:

@@ -42,8 +42,11 @@ def test_an_origins_103_reaches_an_http2_client_before_the_response(
         answer = h2_get(proxy, origin, path, {"sec-fetch-dest": "document"})
         assert answer.informational == [{b":status": b"103", b"link": EarlyHintsOrigin.LINK}]
         assert (answer.status, answer.body) == (200, path.encode())
-    # Not reshape's own hints: the knob is off (the default), and nothing counts them.
+    # Not reshape's own hints: the knob is off (the default); counted as the origin's.
     assert proxy.metric("reshape_early_hints_total", policy="p") == 0
+    forwarded = {"policy": "p", "status": "103", "outcome": "forwarded"}
+    assert proxy.metric("reshape_origin_interim_responses_total", **forwarded) == 2
+    assert proxy.metric("reshape_origin_interim_responses_total", outcome="dropped") == 0
 
 
 def test_an_http1_client_gets_the_response_alone(
@@ -54,6 +57,8 @@ def test_an_http1_client_gets_the_response_alone(
     proxy = start_reshape(policy=policy(tmp_path, "{}"))
     heads = curl_heads(proxy, origin.url("/index.html"), "--http1.1")
     assert statuses_in(heads) == ["HTTP/1.1 200 OK"]
+    dropped = {"status": "103", "outcome": "dropped"}
+    assert proxy.metric("reshape_origin_interim_responses_total", **dropped) == 1
     assert statuses_in(curl_heads(proxy, origin.url("/index.html"), "--http2")) == [
         "HTTP/2 103",
         "HTTP/2 200",

@@ -21,9 +21,15 @@ LINKS = ["</app.css>; rel=preload; as=style"]
 
 
 @pytest.fixture
-def sent() -> Iterator[list[http.HTTPFlow]]:
+def seen() -> list[tuple[http.HTTPFlow, int, bool]]:
+    """What the patch's interim_seen heard: an origin's 1xx, its status, whether sent on."""
+    return []
+
+
+@pytest.fixture
+def sent(seen: list[tuple[http.HTTPFlow, int, bool]]) -> Iterator[list[http.HTTPFlow]]:
     flows: list[http.HTTPFlow] = []
-    with Patches([SendEarlyHints(lambda flow: LINKS, flows.append)]):
+    with Patches([SendEarlyHints(lambda flow: LINKS, flows.append, lambda *x: seen.append(x))]):
         yield flows
 
 
@@ -82,8 +88,8 @@ def test_a_wakeup_nobody_asked_for_is_dropped(sent: list[http.HTTPFlow]) -> None
 # An origin's own 1xx (the engine's InterimResponse events).
 
 
-def test_an_origins_103_goes_on_to_an_http2_client_and_is_not_counted(
-    sent: list[http.HTTPFlow],
+def test_an_origins_103_goes_on_to_an_http2_client_and_is_counted_apart(
+    sent: list[http.HTTPFlow], seen: list[tuple[http.HTTPFlow, int, bool]]
 ) -> None:
     created = stream()
     hints = early_hints_response(["</origin.css>; rel=preload; as=style"])
@@ -92,12 +98,13 @@ def test_an_origins_103_goes_on_to_an_http2_client_and_is_not_counted(
     assert commands[0].connection is created.context.client
     assert isinstance(commands[0].event, ResponseHeaders)
     assert commands[0].event.response is hints
-    assert sent == []  # reshape's own hints are counted, not the origin's
+    assert sent == []  # reshape's own hints are counted apart from the origin's
+    assert seen == [(created.flow, 103, True)]
 
 
 @pytest.mark.parametrize("why", ["http/1.1 client", "response", "error"])
 def test_an_origins_103_is_dropped_for_http1_or_once_answered(
-    sent: list[http.HTTPFlow], why: str
+    sent: list[http.HTTPFlow], seen: list[tuple[http.HTTPFlow, int, bool]], why: str
 ) -> None:
     created = stream()
     if why == "http/1.1 client":
@@ -108,3 +115,4 @@ def test_an_origins_103_is_dropped_for_http1_or_once_answered(
         created.flow.error = tflow.terr()
     hints = early_hints_response(["</origin.css>; rel=preload; as=style"])
     assert list(created._handle_event(InterimResponse(1, hints))) == []
+    assert seen == [(created.flow, 103, False)]
