@@ -1102,6 +1102,7 @@ class ModelWaiter:
     sent: int = 0  # when it was last assigned, in assignment order
     # Going again after a connection lost without notice: no HTTP/1.1 connection up to this id.
     after: int = 0
+    client: object = None  # who asked (PoolLimits.per_client); None: a client of its own
 
 
 LIMITS = st.builds(
@@ -1112,7 +1113,9 @@ LIMITS = st.builds(
     idle_timeout=st.sampled_from([1.0, 5.0, math.inf]),
     pipeline_depth=st.sampled_from([0, 2, 3]),
     http2=st.booleans(),
+    per_client=st.sampled_from([0, 0, 1, 2]),
 )
+CLIENTS = st.sampled_from([None, "a", "b"])
 UNKNOWN = 10**6
 
 
@@ -1153,6 +1156,32 @@ class PoolMachine(RuleBasedStateMachine):
     def connecting(self) -> int:
         return sum(1 for c in self.conns.values() if not c.ready)
 
+    def client_of(self, waiter_id: int) -> object:
+        client = self.waiters[waiter_id].client
+        return ("alone", waiter_id) if client is None else client
+
+    def opening_cap(self) -> int:
+        """The cap, or with per_client that many per client with requests here if lower."""
+        if not self.limits.per_client:
+            return self.cap()
+        waiting = self.queue + [w for _, w in self.in_flight_pairs()]
+        clients = {self.client_of(w) for w in waiting}
+        return min(self.cap(), self.limits.per_client * max(1, len(clients)))
+
+    def turn_takers(self) -> set[int]:
+        """With per_client, whose request a connection anyone can use may serve: the oldest
+        waiting request of a client with the fewest requests in flight (`_Turns`; its tie
+        rule, the client waiting longest, is left unchecked)."""
+        firsts: dict[object, int] = {}
+        for w in self.queue:
+            if not self.waiters[w].after:
+                firsts.setdefault(self.client_of(w), w)
+        in_flight: dict[object, int] = {}
+        for _, w in self.in_flight_pairs():
+            in_flight[self.client_of(w)] = in_flight.get(self.client_of(w), 0) + 1
+        fewest = min((in_flight.get(c, 0) for c in firsts), default=0)
+        return {w for c, w in firsts.items() if in_flight.get(c, 0) == fewest}
+
     def ready_conns(self) -> list[int]:
         return sorted(c for c, conn in self.conns.items() if conn.ready)
 
@@ -1175,11 +1204,12 @@ class PoolMachine(RuleBasedStateMachine):
         conn = self.conns[conn_id]
         return conn_id > self.waiters[waiter_id].after or conn.proto is not H1 or conn.served == 0
 
-    def expected_assignment(self) -> tuple[int, int] | None:
-        """Rules 1 and 2, for (waiter, connection): free connections in order of preference
+    def expected_assignment(self) -> tuple[set[int], int] | None:
+        """Rules 1 and 2, for (waiters, connection): free connections in order of preference
         (the oldest h2 one with a free stream, else idle h1 ones, the most recently used
         first); the first one that a request going again may use goes to the first such
-        request in the queue, else to the first other request."""
+        request in the queue, else to the first other request (with per_client, one of
+        `turn_takers`)."""
         usable = {c: x for c, x in self.conns.items() if x.ready and not x.draining}
         h2 = [c for c, x in usable.items() if x.proto is H2 and len(x.in_flight) < x.max_streams]
         if h2:
@@ -1191,9 +1221,11 @@ class PoolMachine(RuleBasedStateMachine):
             free = [c for _, c in sorted(idle, reverse=True)]
         for conn_id in free:
             retrying = [w for w in self.queue if self.waiters[w].after and self.fits(w, conn_id)]
+            if retrying:
+                return {retrying[0]}, conn_id
             others = [w for w in self.queue if not self.waiters[w].after]
-            if retrying or others:
-                return (retrying or others)[0], conn_id
+            if others:
+                return (self.turn_takers() if self.limits.per_client else {others[0]}), conn_id
         return None
 
     def play(
@@ -1217,7 +1249,7 @@ class PoolMachine(RuleBasedStateMachine):
         for action in actions:
             if isinstance(action, Open):
                 assert action.conn_id > self.last_conn
-                assert len(self.conns) < self.cap()
+                assert len(self.conns) < self.opening_cap()
                 self.last_conn = action.conn_id
                 self.conns[action.conn_id] = ModelConn()
                 opened = True
@@ -1242,7 +1274,9 @@ class PoolMachine(RuleBasedStateMachine):
                 assert self.fits(action.waiter_id, action.conn_id)
                 if kind is not PIPELINED:
                     # shared capacity goes in order, requests going again first
-                    assert (action.waiter_id, action.conn_id) == self.expected_assignment()
+                    expected = self.expected_assignment()
+                    assert expected is not None and action.conn_id == expected[1]
+                    assert action.waiter_id in expected[0]
                 if not waiter.after:  # one going again may pass others
                     position = self.queue.index(action.waiter_id)
                     overtaken += [
@@ -1250,6 +1284,10 @@ class PoolMachine(RuleBasedStateMachine):
                         for w in self.queue[:position]
                         if self.waiters[w].idempotent == waiter.idempotent
                         and not self.waiters[w].after
+                        and (  # with shares, in order within each client
+                            not self.limits.per_client
+                            or self.client_of(w) == self.client_of(action.waiter_id)
+                        )
                     ]
                 assert action.queued_for == self.now - waiter.enqueued_at
                 self.queue.remove(action.waiter_id)
@@ -1348,17 +1386,18 @@ class PoolMachine(RuleBasedStateMachine):
 
     # events
 
-    @rule(idempotent=st.lists(st.booleans(), min_size=1, max_size=3))
-    def request(self, idempotent: list[bool]) -> None:
-        for each in idempotent:
-            self._request(each)
+    @rule(asks=st.lists(st.tuples(st.booleans(), CLIENTS), min_size=1, max_size=3))
+    def request(self, asks: list[tuple[bool, object]]) -> None:
+        for idempotent, client in asks:
+            self._request(idempotent, client)
 
-    def _request(self, idempotent: bool) -> None:
+    def _request(self, idempotent: bool, client: object = None) -> None:
         self.last_waiter += 1
         w = self.last_waiter
-        self.waiters[w] = ModelWaiter(idempotent, self.now)
+        self.waiters[w] = ModelWaiter(idempotent, self.now, client=client)
         self.queue.append(w)
-        self.play(self.pool.request(w, self.now, idempotent=idempotent), "request", new_waiter=w)
+        actions = self.pool.request(w, self.now, idempotent=idempotent, client=client)
+        self.play(actions, "request", new_waiter=w)
         if self.waiters[w].status == "queued":
             assert len(self.queue) <= self.limits.max_queue + self.connecting()
 
@@ -1673,7 +1712,7 @@ class PoolMachine(RuleBasedStateMachine):
                     if x.ready and not x.draining and x.proto is H1 and not x.in_flight
                 ]
                 assert self.connecting() or (len(self.conns) >= self.cap() and not idle_h1)
-        if len(self.conns) < self.cap():  # room: connects cover the queue
+        if len(self.conns) < self.opening_cap():  # room: connects cover the queue
             if self.expects_h2():
                 assert self.connecting() >= 1
             else:
