@@ -25,7 +25,7 @@ from h2.errors import ErrorCodes
 from hpack import NeverIndexedHeaderTuple
 
 from reshape.base.errors import ReshapeError
-from reshape.upstream.hpack_table import IndexedHeaderTable
+from reshape.upstream.hpack_encoder import RequestHeadEncoder
 from reshape.upstream.types import (
     HOP_BY_HOP,
     ConnectionListener,
@@ -121,7 +121,8 @@ class H2Response:
 
 # The h2 releases `_GoawayTolerantConnection` was read against and tested on: it overrides a
 # private method, so any other release is refused at start-up (`check_h2_version`); likewise the
-# hpack releases `IndexedHeaderTable` (reshape/upstream/hpack_table.py) extends the table of.
+# hpack releases `IndexedHeaderTable` (reshape/upstream/hpack_table.py) extends the table of, and
+# `RequestHeadEncoder` (reshape/upstream/hpack_encoder.py) the encoder.
 H2_CHECKED_ON = ("4.3.0",)
 HPACK_CHECKED_ON = ("4.2.0",)
 
@@ -133,7 +134,7 @@ class H2VersionError(ReshapeError):
 def check_h2_version() -> None:
     for package, checked_on, recheck in (
         ("h2", H2_CHECKED_ON, "reshape/upstream/h2.py (_GoawayTolerantConnection)"),
-        ("hpack", HPACK_CHECKED_ON, "reshape/upstream/hpack_table.py"),
+        ("hpack", HPACK_CHECKED_ON, "reshape/upstream/hpack_table.py and hpack_encoder.py"),
     ):
         version = importlib.metadata.version(package)
         if version not in checked_on:
@@ -207,7 +208,7 @@ class H2Upstream:
             normalize_outbound_headers=False,
         )
         self.h2 = _GoawayTolerantConnection(config)
-        self.h2.encoder.header_table = IndexedHeaderTable()
+        self.h2.encoder = RequestHeadEncoder()
         self._streams: dict[int, H2Response] = {}
         self._waiter_of: dict[int, int] = {}  # stream id → pool waiter id
         self._window_open = asyncio.Event()

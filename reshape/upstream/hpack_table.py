@@ -27,6 +27,11 @@ class IndexedHeaderTable(HeaderTable):
         self._newest_value: dict[bytes, dict[bytes, int]] = {}  # name → value → entry number
         self._newest_name: dict[bytes, int] = {}  # name → entry number
 
+    @property
+    def additions(self) -> int:
+        """How many entries were ever added: a change in it moves every entry's index."""
+        return self._added
+
     def add(self, name: bytes, value: bytes) -> None:
         if table_entry_size(name, value) > self._maxsize:
             super().add(name, value)  # clears the table

@@ -1,0 +1,94 @@
+"""The HPACK encoder of the engine's HTTP/2 connections: repeated fields from a memo, paths kept
+out of the dynamic table.
+
+A browser's requests repeat most of their fields (user agent, client hints, accept, referer,
+sec-fetch-*); once the origin connection's dynamic table holds them, each is sent as a one-byte
+index. hpack 4.2's `Encoder` still works each one out in Python, field by field (a table search,
+the integer encoding, a debug log call, a join): in a profile of bursts of browser-like requests
+through the pool, encoding the request heads was 6.8% of the proxy's CPU (py-spy,
+bench/RESULTS.md). Here the encoding of a field the table holds exactly is remembered until the
+table changes, which it then rarely does: `:path` is sent as a literal *without indexing* (RFC
+7541 §6.2.2), as it is different on almost every request. Indexed, each new path was added to the
+table, moving every other entry's index (so no encoding stayed valid from one request to the
+next) and pushing the repeated fields out of the 4 KB table.
+
+Everything else is hpack's: a field not found, or found by name only, goes through
+`Encoder.add` (and into the table, unless never-indexed); table size updates come first, as
+hpack emits them. No maintained library offers a faster HPACK encoder (reshape/upstream/
+hpack_table.py says why jh2 is not one), so this extends hpack's, checked on the hpack releases
+in reshape/upstream/h2.py (`HPACK_CHECKED_ON`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from hpack import HeaderTuple
+from hpack.hpack import INDEX_NONE, Encoder
+
+from reshape.upstream.hpack_table import IndexedHeaderTable
+
+# Fields sent without indexing: their values rarely repeat.
+UNINDEXED = frozenset({b":path"})
+
+
+class RequestHeadEncoder(Encoder):
+    """hpack's `Encoder` over an `IndexedHeaderTable`, which remembers how it encoded each field
+    the table held exactly, for as long as the table stays as it was, and never indexes the
+    fields in UNINDEXED. Takes what the engine gives h2: (name, value) pairs of bytes, and hpack
+    `HeaderTuple`s (never-indexed ones for credentials)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.header_table: IndexedHeaderTable = IndexedHeaderTable()
+        self._memo: dict[tuple[bytes, bytes], bytes] = {}
+        self._memo_table = self._table_state()  # the table the memo was made with
+
+    def _table_state(self) -> tuple[int, int]:
+        """Changes whenever an entry's index may have: an entry added or any evicted."""
+        table = self.header_table
+        return table.additions, len(table.dynamic_entries)
+
+    def encode(  # type: ignore[override]  # only the engine calls it, with pairs
+        self, headers: Iterable[tuple[bytes, bytes]], huffman: bool = True
+    ) -> bytes:
+        block = []
+        table = self.header_table
+        if table.resized:
+            block.append(self._encode_table_size_change())
+            table.resized = False
+        memo = self._memo
+        state = self._table_state()
+        if state != self._memo_table:
+            memo.clear()
+            self._memo_table = state
+        for field in headers:
+            name, value = field[0], field[1]
+            if isinstance(field, HeaderTuple) and not field.indexable:
+                block.append(self.add((name, value), True, huffman))  # never indexed
+                continue
+            if name in UNINDEXED:
+                block.append(self._unindexed(name, value, huffman))
+                continue
+            key = (name, value)
+            encoded = memo.get(key)
+            if encoded is None:
+                encoded = self.add(key, False, huffman)
+                state = self._table_state()
+                if state != self._memo_table:  # added or evicted: indices moved
+                    memo.clear()
+                    self._memo_table = state
+                elif encoded[0] & 0x80:  # an index: valid while the table stays as it is
+                    memo[key] = encoded
+            block.append(encoded)
+        return b"".join(block)
+
+    def _unindexed(self, name: bytes, value: bytes, huffman: bool) -> bytes:
+        """A field as a literal without indexing (or an index, if the table holds it exactly)."""
+        match = self.header_table.search(name, value)
+        if match is None:
+            return self._encode_literal(name, value, INDEX_NONE, huffman)
+        index, _, exact = match
+        if exact is not None:
+            return self._encode_indexed(index)
+        return self._encode_indexed_literal(index, value, INDEX_NONE, huffman)

@@ -1,0 +1,98 @@
+"""reshape/upstream/hpack_encoder.py: header blocks any HPACK decoder reads back as the fields
+sent, paths kept out of the table, repeated fields as indices from the memo."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hpack import Decoder, Encoder, NeverIndexedHeaderTuple
+from hpack.table import HeaderTable
+
+from reshape.upstream.hpack_encoder import RequestHeadEncoder
+
+NAMES = [b":path", b":authority", b"accept", b"user-agent", b"x-a", b"x-b", b"cookie", b"referer"]
+BROWSER = [
+    (b":method", b"GET"),
+    (b":scheme", b"https"),
+    (b":authority", b"origin.test"),
+    (b"user-agent", b"Mozilla/5.0 (X11; Linux x86_64) Chrome/131.0.0.0 Safari/537.36"),
+    (b"accept", b"image/avif,image/webp,image/*,*/*;q=0.8"),
+    (b"sec-fetch-dest", b"image"),
+    (b"referer", b"https://origin.test/"),
+]
+
+
+def field(rng: random.Random) -> tuple[bytes, bytes]:
+    name = rng.choice(NAMES)
+    # Few values per name, so that entries repeat, shadow older ones and get evicted; now and
+    # then one larger than a small table.
+    size = rng.choice([1, 2, 3, 40, 300])
+    return name, b"v%d-" % rng.randrange(6) + b"x" * size
+
+
+def request(path: bytes) -> list[tuple[bytes, bytes]]:
+    return [*BROWSER[:3], (b":path", path), *BROWSER[3:]]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_every_block_decodes_to_the_fields_sent(seed: int) -> None:
+    """Through memo hits and misses, additions, evictions, oversized fields, never-indexed
+    ones and table size changes, a decoder fed every block in order keeps in step."""
+    rng = random.Random(seed)
+    encoder, decoder = RequestHeadEncoder(), Decoder()
+    for _ in range(300):
+        block = [field(rng) for _ in range(rng.randrange(1, 12))]
+        if rng.random() < 0.3:
+            block = [*request(b"/p%d" % rng.randrange(3)), *block]  # memo hits
+        if rng.random() < 0.2:
+            block.append(NeverIndexedHeaderTuple(b"authorization", b"secret"))
+        if rng.random() < 0.05:
+            encoder.header_table_size = rng.choice([0, 100, 512, 4096])
+        encoded = encoder.encode(block)
+        assert [tuple(f) for f in decoder.decode(encoded, raw=True)] == [tuple(f) for f in block]
+        assert list(decoder.header_table.dynamic_entries) == list(
+            encoder.header_table.dynamic_entries
+        )
+
+
+def test_paths_stay_out_of_the_table_and_repeated_fields_are_one_byte_each() -> None:
+    encoder, decoder = RequestHeadEncoder(), Decoder()
+    first = encoder.encode(request(b"/tile-1.png"))
+    table = list(encoder.header_table.dynamic_entries)
+    assert b":path" not in {name for name, _ in table}
+    again = encoder.encode(request(b"/tile-2.png"))
+    assert list(encoder.header_table.dynamic_entries) == table  # nothing added, nothing moved
+    # Every field but the path is an index (one byte here); the path a literal without
+    # indexing (RFC 7541 §6.2.2: first byte 0000xxxx), its name the static table's :path.
+    path_at = 3
+    authority = 0x80 | (62 + table.index((b":authority", b"origin.test")))  # newest first
+    assert again[:path_at] == bytes([0x82, 0x87, authority])
+    assert again[path_at] == 0x04
+    assert len(again) < len(first) // 3
+    decoder.decode(first)
+    assert decoder.decode(again, raw=True)[3] == (b":path", b"/tile-2.png")
+
+
+def test_the_memo_forgets_indices_once_an_addition_moves_them() -> None:
+    encoder, decoder = RequestHeadEncoder(), Decoder()
+    for path in (b"/a", b"/b"):
+        decoder.decode(encoder.encode(request(path)))
+    ua = (b"user-agent", BROWSER[3][1])
+    before = encoder.encode([ua])
+    encoder.encode([(b"x-new", b"1")])  # added: the user agent's entry is one further down
+    after = encoder.encode([ua])
+    assert after == bytes([before[0] + 1])
+    assert encoder.header_table.search(*ua) == (after[0] & 0x7F, *ua)
+
+
+def test_a_plain_hpack_encoder_would_have_moved_the_indices() -> None:
+    """Why paths stay out: with hpack's own encoder each new path is added and every repeated
+    field's index changes from one request to the next."""
+    encoder = Encoder()
+    encoder.encode(request(b"/tile-1.png"))
+    ua = encoder.header_table.search(b"user-agent", BROWSER[3][1])
+    encoder.encode(request(b"/tile-2.png"))
+    moved = encoder.header_table.search(b"user-agent", BROWSER[3][1])
+    assert ua is not None and moved is not None and moved[0] == ua[0] + 1
+    assert HeaderTable.STATIC_TABLE_LENGTH == 61
