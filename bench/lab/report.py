@@ -525,9 +525,10 @@ def _connections_line(experiment: Experiment) -> str:
             "loads, so reshape's pool stays warm across users, while the browser (a fresh "
             "context per load), direct or through mitmdump, keeps nothing from one user to the "
             "next. Loads go in groups of one page, origin variant and RTT: all connections are "
-            "closed when a group starts, one unrecorded load per configuration warms it, then "
-            "its repetitions alternate the configurations. Origins keep idle connections 65 s, "
-            "reshape's pool 60 s."
+            "closed when a group starts, one unrecorded load per configuration warms it (8 for "
+            "2 worker processes, each with a pool of its own: bench/lab/runner.py, "
+            "`warm_up_loads`), then its repetitions alternate the configurations. Origins keep "
+            "idle connections 65 s, reshape's pool 60 s."
         )
     return (
         "Between loads every relay closes all its connections: each load starts cold, also in "

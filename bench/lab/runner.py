@@ -10,8 +10,9 @@ Two ways to run the loads:
 - `run_loads`: every connection anywhere is closed after each load, so every load starts cold,
   in the proxy too (the plt, booster and preconnect experiments);
 - `run_warm_loads`: a gateway serving user after user. The loads go in groups of one page, one
-  origin variant and one network setting; a group starts with no connection anywhere, then one
-  unrecorded load per configuration warms it, then its repetitions run with the configurations
+  origin variant and one network setting; a group starts with no connection anywhere, then
+  unrecorded loads warm it (one per configuration, `warm_up_loads` for several worker
+  processes), then its repetitions run with the configurations
   alternating (A B C A B C …), and nothing closes between loads: each load is still a new user
   (a fresh browser context), but a proxy keeps what it keeps across users — reshape its pool of
   origin connections; the browser, direct or through mitmdump (whose origin connections belong
@@ -206,9 +207,10 @@ def run_warm_loads(
         net.close_connections()
         time.sleep(_SETTLE_SECONDS)
         for cell in group:
-            warm = _measure(net, browser, cell, -1, links, close_after=False)
-            if warm.error is not None:
-                print(f"lab {label}: warm-up load failed: {warm.error}", file=sys.stderr)
+            for _ in range(warm_up_loads(net.endpoints[cell.config].config.workers)):
+                warm = _measure(net, browser, cell, -1, links, close_after=False)
+                if warm.error is not None:
+                    print(f"lab {label}: warm-up load failed: {warm.error}", file=sys.stderr)
         proxies = {
             cell.config: proxy for cell in group if (proxy := net.endpoints[cell.config].proxy)
         }
@@ -246,6 +248,18 @@ def run_warm_loads(
             )
     net.close_connections()
     return loads, cpu
+
+
+# A proxy of N worker processes is N pools, and the kernel hands each of a browser's connections
+# to any worker, so one load warms one worker per origin host. With 4 loads per worker a given
+# worker is still cold on a given host at odds of 1 in 2^(4N) (N = 2: 1 in 256), as the workers
+# of a gateway are warm after its first users.
+WARM_UPS_PER_WORKER = 4
+
+
+def warm_up_loads(workers: int) -> int:
+    """A group's unrecorded loads for a configuration of `workers` proxy processes."""
+    return 1 if workers == 1 else WARM_UPS_PER_WORKER * workers
 
 
 def warm_up_cells(net: Network, cells: Sequence[Cell], every_host: bool = True) -> list[Cell]:

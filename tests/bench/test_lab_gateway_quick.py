@@ -16,7 +16,9 @@ from bench.lab.sites import GATEWAY_PAGES, HOSTS, PHASES, build_pages, phase_of
 from reshape.policy.loader import load_policy_file
 from tests.bench.test_lab_quick import _quick_run
 
-SINGLE_PROCESS_POOLS = ("reshape", "reshape-pooled", "pooled-learned", "pooled-hints")
+# Every reshape configuration: the warm-up loads warm each worker's pool (bench/lab/runner.py,
+# `warm_up_loads`), so pooled-w2's too.
+WARM_POOLS = ("reshape", "reshape-pooled", "pooled-learned", "pooled-hints", "pooled-w2")
 
 
 def test_learned_policy_is_pooled_plus_learned_preconnect(tmp_path: Path) -> None:
@@ -139,7 +141,7 @@ def test_quick_gateway_keeps_the_pool_warm_across_users(tmp_path: Path) -> None:
         assert isinstance(load["origin_connections"], int) and load["origin_connections"] >= 1
         if load["config"] in ("direct", "mitmdump"):
             assert load["origin_connections_new"] == load["origin_connections"], load
-        elif load["config"] in SINGLE_PROCESS_POOLS:
+        elif load["config"] in WARM_POOLS:
             # The warm-up load left the pool warm: this user's load used connections earlier
             # users opened. (Not always all of them: a pool opens on demand, and this load may
             # have more requests in flight to one origin at once than the warm-up had; seen
