@@ -13,10 +13,17 @@ table, moving every other entry's index (so no encoding stayed valid from one re
 next) and pushing the repeated fields out of the 4 KB table.
 
 Everything else is hpack's: a field not found, or found by name only, goes through
-`Encoder.add` (and into the table, unless never-indexed); table size updates come first, as
-hpack emits them. No maintained library offers a faster HPACK encoder (reshape/upstream/
-hpack_table.py says why jh2 is not one), so this extends hpack's, checked on the hpack releases
-in reshape/upstream/h2.py (`HPACK_CHECKED_ON`).
+`Encoder.add` (and into the table, unless never-indexed). Table size updates come first, as RFC
+7541 §4.2 says and hpack 4.2 does not quite do: after the origin changed its
+SETTINGS_HEADER_TABLE_SIZE more than once between two request heads, hpack sends every size in
+turn (a larger one first is above the limit the origin's decoder has by then) or, when the same
+size came twice, none (its `resized` flag is cleared by the second); either way the origin
+answers COMPRESSION_ERROR and the connection's streams fail. Here the block says the smallest
+size since the last block, then the last one if it differs.
+
+No maintained library offers a faster HPACK encoder (reshape/upstream/hpack_table.py says why
+jh2 is not one), so this extends hpack's, checked on the hpack releases in reshape/upstream/h2.py
+(`HPACK_CHECKED_ON`).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hpack import HeaderTuple
-from hpack.hpack import INDEX_NONE, Encoder
+from hpack.hpack import INDEX_NONE, Encoder, encode_integer
 
 from reshape.upstream.hpack_table import IndexedHeaderTable
 
@@ -44,6 +51,32 @@ class RequestHeadEncoder(Encoder):
         self._memo: dict[tuple[bytes, bytes], bytes] = {}
         self._memo_table = self._table_state()  # the table the memo was made with
 
+    @property
+    def header_table_size(self) -> int:
+        return self.header_table.maxsize
+
+    @header_table_size.setter
+    def header_table_size(self, value: int) -> None:
+        # h2 sets this as each SETTINGS_HEADER_TABLE_SIZE of the origin is acknowledged. Every
+        # setting since the last block is kept, a repeated one too: the next block must say the
+        # smallest of them. The size already in force, with none pending, needs no update.
+        if value == self.header_table.maxsize and not self.table_size_changes:
+            return
+        self.header_table.maxsize = value
+        self.table_size_changes.append(value)
+
+    def _encode_table_size_change(self) -> bytes:
+        """The size updates the next block starts with: the smallest size set since the last
+        block (the table's entries beyond it are gone), then the last one if it is larger."""
+        changes, self.table_size_changes = self.table_size_changes, []
+        smallest, last = min(changes), changes[-1]
+        block = bytearray()
+        for size in (smallest,) if smallest == last else (smallest, last):
+            update = encode_integer(size, 5)
+            update[0] |= 0x20
+            block += update
+        return bytes(block)
+
     def _table_state(self) -> tuple[int, int]:
         """Changes whenever an entry's index may have: an entry added or any evicted."""
         table = self.header_table
@@ -54,7 +87,7 @@ class RequestHeadEncoder(Encoder):
     ) -> bytes:
         block = []
         table = self.header_table
-        if table.resized:
+        if self.table_size_changes:
             block.append(self._encode_table_size_change())
             table.resized = False
         memo = self._memo

@@ -6,9 +6,15 @@ from __future__ import annotations
 import random
 
 import pytest
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.events import RequestReceived
+from h2.settings import SettingCodes
 from hpack import Decoder, Encoder, NeverIndexedHeaderTuple
+from hpack.hpack import decode_integer
 from hpack.table import HeaderTable
 
+from reshape.upstream.h2 import origin_connection
 from reshape.upstream.hpack_encoder import RequestHeadEncoder
 
 NAMES = [b":path", b":authority", b"accept", b"user-agent", b"x-a", b"x-b", b"cookie", b"referer"]
@@ -96,3 +102,75 @@ def test_a_plain_hpack_encoder_would_have_moved_the_indices() -> None:
     moved = encoder.header_table.search(b"user-agent", BROWSER[3][1])
     assert ua is not None and moved is not None and moved[0] == ua[0] + 1
     assert HeaderTable.STATIC_TABLE_LENGTH == 61
+
+
+# RFC 7541 §4.2: after several table size changes between two blocks, the next block says the
+# smallest size, then the last if it differs. hpack 4.2 sends every size in turn (above the limit
+# the decoder has by then, if larger first) or none when the same size came twice.
+@pytest.mark.parametrize(
+    ("settings", "updates"),
+    [
+        ([100], [100]),
+        ([100, 100], [100]),
+        ([8192, 512], [512]),
+        ([512, 8192], [512, 8192]),
+        ([1000, 500, 800], [500, 800]),
+        ([4096], []),  # the size in force: nothing to say
+        ([100, 4096], [100, 4096]),
+    ],
+)
+def test_a_block_says_the_smallest_table_size_then_the_last(
+    settings: list[int], updates: list[int]
+) -> None:
+    encoder, decoder = RequestHeadEncoder(), Decoder()
+    decoder.decode(encoder.encode(request(b"/a")))  # the table holds the browser's fields
+    for size in settings:
+        encoder.header_table_size = size
+    block = encoder.encode(request(b"/b"))
+    assert _size_updates(block) == updates
+    decoder.max_allowed_table_size = settings[-1]  # the origin's limit by then
+    assert [tuple(f) for f in decoder.decode(block, raw=True)] == request(b"/b")
+    assert list(decoder.header_table.dynamic_entries) == list(encoder.header_table.dynamic_entries)
+    assert _size_updates(encoder.encode(request(b"/c"))) == []
+
+
+def _size_updates(block: bytes) -> list[int]:
+    """The dynamic table size updates a block starts with (RFC 7541 §6.3: 001xxxxx)."""
+    sizes = []
+    at = 0
+    while at < len(block) and block[at] & 0xE0 == 0x20:
+        size, used = decode_integer(block[at:], 5)
+        sizes.append(size)
+        at += used
+    return sizes
+
+
+@pytest.mark.parametrize("settings", [[100, 100], [8192, 512], [512, 8192], [0, 0, 4096]])
+def test_an_origin_changing_its_table_size_twice_keeps_every_request(
+    settings: list[int],
+) -> None:
+    """Through h2 on both ends, as the engine's connections are set up: the origin's SETTINGS
+    twice between two requests, and its decoder still reads every request."""
+    client, server = origin_connection(), H2Connection(H2Configuration(client_side=False))
+    client.initiate_connection()
+    server.initiate_connection()
+    _exchange_bytes(client, server)
+    received: list[list[tuple[bytes, bytes]]] = []
+    for n, path in enumerate((b"/a", b"/b", b"/c")):
+        if n == 1:
+            for size in settings:
+                server.update_settings({SettingCodes.HEADER_TABLE_SIZE: size})
+            _exchange_bytes(client, server)
+        fields = [*request(path), (b"x-n", b"v" * 150 + b"%d" % n)]
+        client.send_headers(client.get_next_available_stream_id(), fields, end_stream=True)
+        for event in server.receive_data(client.data_to_send()):
+            if isinstance(event, RequestReceived):
+                received.append([(bytes(k), bytes(v)) for k, v in event.headers])
+    assert [head[3] for head in received] == [(b":path", p) for p in (b"/a", b"/b", b"/c")]
+    assert all(head[-1][1].startswith(b"v" * 150) for head in received)
+
+
+def _exchange_bytes(a: H2Connection, b: H2Connection) -> None:
+    for _ in range(3):
+        b.receive_data(a.data_to_send())
+        a.receive_data(b.data_to_send())
