@@ -831,11 +831,13 @@ class HostPool:
             retrying = self._retrying_waiters()
             # No room to open a connection for a request going again, and none coming: an
             # HTTP/1.1 connection that frees up is kept for `_make_room` to close, not handed
-            # to a later request (which would starve the one going again).
+            # to a later request (which would starve the one going again). Not while an HTTP/2
+            # connection lives: the request going again waits for one of its streams.
             reserve = (
                 bool(retrying)
                 and len(self._conns) >= self.max_connections
                 and self._retries_without_connection(retrying) > 0
+                and not self._live_h2()
             )
             match: tuple[_Waiter, _Connection] | None = None
             for conn in self._free_connections():
@@ -881,7 +883,7 @@ class HostPool:
         # A live h2 connection whose streams are all busy is waited for, not added to: clients
         # should hold one h2 connection per origin (RFC 9113 section 9.1), and its streams free
         # up as responses end.
-        live_h2 = any(c.open_for_work and c.proto is Proto.H2 for c in self._conns.values())
+        live_h2 = self._live_h2()
         coverage: float
         if live_h2 or self._expects_h2:
             # One h2 connection will take the whole queue (up to its stream limit).
@@ -890,19 +892,21 @@ class HostPool:
             coverage = connecting + room
         actions = self._pipeline(len(self._queue) - coverage, coverage, now)
         if live_h2:
-            opens = 0
-        elif self._expects_h2:
+            return actions
+        unserved = self._retries_without_connection()
+        if self._expects_h2:
             opens = 1 if self._queue and room and not connecting else 0
+            # One connection, HTTP/2 as expected, serves every request going again.
+            unserved = min(unserved, 0 if connecting else 1)
         else:
             opens = min(room, max(0, len(self._queue) - connecting))
-            unserved = self._retries_without_connection()
-            if unserved > opens:
-                # Each replaces the connection it lost: within the cap in force, not a client's
-                # share (`opening_cap`), which idle connections kept from clients that left can
-                # exceed; idle ones are closed only as far as the cap needs.
-                actions += self._make_room(unserved - (self.max_connections - len(self._conns)))
-                room = max(0, self.max_connections - len(self._conns))
-                opens = max(opens, min(room, unserved))
+        if unserved > opens:
+            # Each replaces the connection it lost: within the cap in force, not a client's
+            # share (`opening_cap`), which idle connections kept from clients that left can
+            # exceed; idle ones are closed only as far as the cap needs.
+            actions += self._make_room(unserved - (self.max_connections - len(self._conns)))
+            room = max(0, self.max_connections - len(self._conns))
+            opens = max(opens, min(room, unserved))
         for _ in range(opens):
             actions.append(Open(self._new_connection().conn_id))
         return actions
@@ -954,6 +958,10 @@ class HostPool:
         return min(candidates, key=lambda c: (len(c.in_flight), c.conn_id), default=None)
 
     # helpers
+
+    def _live_h2(self) -> bool:
+        """An HTTP/2 connection is up and takes requests (its streams may all be busy)."""
+        return any(c.open_for_work and c.proto is Proto.H2 for c in self._conns.values())
 
     @property
     def _expects_h2(self) -> bool:

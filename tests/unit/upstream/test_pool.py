@@ -768,6 +768,49 @@ def test_at_the_cap_a_connection_that_frees_up_is_closed_for_a_request_going_aga
     assert pool.request_done(3, 1, 3.0, reusable=True) == [Assign(2, 3, REUSED, 1.5)]
 
 
+def test_after_http2_at_the_cap_a_connection_that_frees_up_makes_room_for_one_going_again() -> None:
+    # The origin answers HTTP/2 on some connections and HTTP/1.1 on others (a balancer in front
+    # of mixed servers), the last one up spoke HTTP/2 and has gone: the pool expects HTTP/2 of
+    # its next connection, and still makes room for the request going again instead of leaving
+    # it to time out beside an idle connection it may not use.
+    pool = make(max_connections=3)
+    for waiter in (101, 102, 103):
+        pool.request(waiter, 0.0, idempotent=True)
+    assert pool.connection_ready(1, H1, 0.0) == [Assign(101, 1, NEW, 0.0)]
+    assert pool.connection_ready(2, H1, 0.0) == [Assign(102, 2, NEW, 0.0)]
+    assert pool.connection_ready(3, H2, 0.0) == [Assign(103, 3, NEW, 0.0)]
+    assert pool.request_done(3, 103, 0.5, reusable=True) == []
+    assert pool.goaway(3, 0.5) == [Close(3, CloseReason.GOAWAY)]
+    assert pool.request_done(1, 101, 0.5, reusable=True) == []
+    assert pool.request(1, 1.0, idempotent=True) == [Assign(1, 1, REUSED, 0.0)]
+    assert pool.set_ceiling(1, 1.0) == []
+    assert pool.connection_lost(1, 1.0, unanswered=[1], first_sent=101) == [Retry(1)]
+    assert pool.request(2, 1.5, idempotent=True) == []
+    assert pool.request_done(2, 102, 2.0, reusable=True) == [
+        Close(2, CloseReason.ROOM_FOR_RETRY),
+        Open(4),
+    ]
+    assert pool.connection_ready(4, H1, 2.5) == [Assign(1, 4, NEW, 1.5)]
+
+
+def test_a_request_going_again_waits_for_an_http2_stream_and_leaves_idle_ones_to_others() -> None:
+    # At the cap, with an HTTP/2 connection whose one stream is busy: the request going again
+    # will take that stream; an idle HTTP/1.1 connection is not held back for it.
+    pool = make(max_connections=3)
+    for waiter in (101, 102, 103):
+        pool.request(waiter, 0.0, idempotent=True)
+    assert pool.connection_ready(1, H1, 0.0) == [Assign(101, 1, NEW, 0.0)]
+    assert pool.connection_ready(2, H2, 0.0, max_streams=1) == [Assign(102, 2, NEW, 0.0)]
+    assert pool.connection_ready(3, H1, 0.0) == [Assign(103, 3, NEW, 0.0)]
+    assert pool.request_done(1, 101, 0.1, reusable=True) == []
+    assert pool.request_done(3, 103, 0.2, reusable=True) == []
+    assert pool.request(1, 1.0, idempotent=True) == [Assign(1, 3, REUSED, 0.0)]
+    assert pool.connection_lost(3, 1.0, unanswered=[1], first_sent=103) == [Retry(1)]
+    assert pool.set_ceiling(2, 1.0) == []
+    assert pool.request(2, 1.5, idempotent=True) == [Assign(2, 1, REUSED, 0.0)]
+    assert pool.request_done(2, 102, 2.0, reusable=True) == [Assign(1, 2, REUSED, 1.0)]
+
+
 def test_a_warm_connection_still_connecting_at_the_loss_serves_a_request_going_again() -> None:
     # It has carried nothing and has not idled: as good as a new one. One that came up
     # before the loss and idled unused is not.
