@@ -206,11 +206,10 @@ def run_warm_loads(
     for (link, variant, page), group in groups.items():
         net.close_connections()
         time.sleep(_SETTLE_SECONDS)
-        for cell in group:
-            for _ in range(warm_up_loads(net.endpoints[cell.config].config.workers)):
-                warm = _measure(net, browser, cell, -1, links, close_after=False)
-                if warm.error is not None:
-                    print(f"lab {label}: warm-up load failed: {warm.error}", file=sys.stderr)
+        for cell in warm_up_order(group, lambda c: net.endpoints[c.config].config.workers):
+            warm = _measure(net, browser, cell, -1, links, close_after=False)
+            if warm.error is not None:
+                print(f"lab {label}: warm-up load failed: {warm.error}", file=sys.stderr)
         proxies = {
             cell.config: proxy for cell in group if (proxy := net.endpoints[cell.config].proxy)
         }
@@ -252,14 +251,25 @@ def run_warm_loads(
 
 # A proxy of N worker processes is N pools, and the kernel hands each of a browser's connections
 # to any worker, so one load warms one worker per origin host. With 4 loads per worker a given
-# worker is still cold on a given host at odds of 1 in 2^(4N) (N = 2: 1 in 256), as the workers
-# of a gateway are warm after its first users.
+# worker is still cold on a given host at odds of ((N - 1) / N)^(4N) (N = 2: 1 in 256), as the
+# workers of a gateway are warm after its first users.
 WARM_UPS_PER_WORKER = 4
 
 
 def warm_up_loads(workers: int) -> int:
     """A group's unrecorded loads for a configuration of `workers` proxy processes."""
     return 1 if workers == 1 else WARM_UPS_PER_WORKER * workers
+
+
+def warm_up_order(group: Sequence[Cell], workers: Callable[[Cell], int]) -> list[Cell]:
+    """A group's unrecorded loads in the order they run: the extra ones of configurations with
+    several worker processes first, then one per configuration in the order of the repetitions.
+    Each pool then idles as long before its first recorded load as between two recorded ones
+    (the other configurations' loads; pools drop connections idle 60 s). With the extra ones
+    last, a single pool idled 13 loads: about 60 s for the app page over HTTP/1.1 origins at
+    200 ms, by the load times of the full run at 86e7cc1."""
+    extra = [cell for cell in group for _ in range(warm_up_loads(workers(cell)) - 1)]
+    return [*extra, *group]
 
 
 def warm_up_cells(net: Network, cells: Sequence[Cell], every_host: bool = True) -> list[Cell]:
