@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hpack import HeaderTuple
-from hpack.hpack import INDEX_NONE, Encoder, encode_integer
+from hpack.hpack import INDEX_NONE, Encoder
 
 from reshape.upstream.hpack_table import IndexedHeaderTable
 
@@ -67,15 +67,12 @@ class RequestHeadEncoder(Encoder):
 
     def _encode_table_size_change(self) -> bytes:
         """The size updates the next block starts with: the smallest size set since the last
-        block (the table's entries beyond it are gone), then the last one if it is larger."""
-        changes, self.table_size_changes = self.table_size_changes, []
+        block (the table's entries beyond it are gone), then the last one if it is larger;
+        hpack encodes them."""
+        changes = self.table_size_changes
         smallest, last = min(changes), changes[-1]
-        block = bytearray()
-        for size in (smallest,) if smallest == last else (smallest, last):
-            update = encode_integer(size, 5)
-            update[0] |= 0x20
-            block += update
-        return bytes(block)
+        self.table_size_changes = [smallest] if smallest == last else [smallest, last]
+        return super()._encode_table_size_change()
 
     def _table_state(self) -> tuple[int, int]:
         """Changes whenever an entry's index may have: an entry added or any evicted."""
@@ -86,10 +83,8 @@ class RequestHeadEncoder(Encoder):
         self, headers: Iterable[tuple[bytes, bytes]], huffman: bool = True
     ) -> bytes:
         block = []
-        table = self.header_table
         if self.table_size_changes:
             block.append(self._encode_table_size_change())
-            table.resized = False
         memo = self._memo
         state = self._table_state()
         if state != self._memo_table:
