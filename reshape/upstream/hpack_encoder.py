@@ -12,6 +12,14 @@ table changes, which it then rarely does: `:path` is sent as a literal *without 
 table, moving every other entry's index (so no encoding stayed valid from one request to the
 next) and pushing the repeated fields out of the 4 KB table.
 
+A field goes into the table only the second time it is sent (until then, as a literal without
+indexing): a value one request carries once (a POST's `content-length`, a `traceparent`, an
+`x-request-id`, a client's cookie sent once) would otherwise take a place every browser's fields
+want, evict the oldest of them, and clear the memo. With the lab's app page (half its feed
+requests POSTs of 200-600 bytes) each POST did all three. Which fields were seen is kept as
+hashes of the last `SEEN_LIMIT`; a collision only indexes a field at its first sight, as hpack
+always does.
+
 Everything else is hpack's: a field not found, or found by name only, goes through
 `Encoder.add` (and into the table, unless never-indexed). Table size updates come first, as RFC
 7541 §4.2 says and hpack 4.2 does not quite do: after the origin changed its
@@ -37,6 +45,9 @@ from reshape.upstream.hpack_table import IndexedHeaderTable
 
 # Fields sent without indexing: their values rarely repeat.
 UNINDEXED = frozenset({b":path"})
+# How many fields sent once are remembered, to be indexed when sent again: far more than the
+# distinct fields of a few browsers' requests that a 4 KB table can hold.
+SEEN_LIMIT = 512
 
 
 class RequestHeadEncoder(Encoder):
@@ -50,6 +61,7 @@ class RequestHeadEncoder(Encoder):
         self.header_table: IndexedHeaderTable = IndexedHeaderTable()
         self._memo: dict[tuple[bytes, bytes], bytes] = {}
         self._memo_table = self._table_state()  # the table the memo was made with
+        self._seen: dict[int, None] = {}  # hashes of fields sent once, oldest first
 
     @property
     def header_table_size(self) -> int:
@@ -101,15 +113,31 @@ class RequestHeadEncoder(Encoder):
             key = (name, value)
             encoded = memo.get(key)
             if encoded is None:
-                encoded = self.add(key, False, huffman)
-                state = self._table_state()
-                if state != self._memo_table:  # added or evicted: indices moved
-                    memo.clear()
-                    self._memo_table = state
-                elif encoded[0] & 0x80:  # an index: valid while the table stays as it is
+                if self._first_sight(key):
+                    encoded = self._unindexed(name, value, huffman)  # the table is unchanged
+                else:
+                    encoded = self.add(key, False, huffman)
+                    state = self._table_state()
+                    if state != self._memo_table:  # added or evicted: indices moved
+                        memo.clear()
+                        self._memo_table = state
+                        block.append(encoded)
+                        continue
+                if encoded[0] & 0x80:  # an index: valid while the table stays as it is
                     memo[key] = encoded
             block.append(encoded)
         return b"".join(block)
+
+    def _first_sight(self, key: tuple[bytes, bytes]) -> bool:
+        """Whether `key` is sent for the first time (as far as the last SEEN_LIMIT tell)."""
+        seen = self._seen
+        digest = hash(key)
+        if digest in seen:
+            return False
+        seen[digest] = None
+        if len(seen) > SEEN_LIMIT:
+            del seen[next(iter(seen))]
+        return True
 
     def _unindexed(self, name: bytes, value: bytes, huffman: bool) -> bytes:
         """A field as a literal without indexing (or an index, if the table holds it exactly)."""

@@ -15,7 +15,7 @@ from hpack.hpack import decode_integer
 from hpack.table import HeaderTable
 
 from reshape.upstream.h2 import origin_connection
-from reshape.upstream.hpack_encoder import RequestHeadEncoder
+from reshape.upstream.hpack_encoder import SEEN_LIMIT, RequestHeadEncoder
 
 NAMES = [b":path", b":authority", b"accept", b"user-agent", b"x-a", b"x-b", b"cookie", b"referer"]
 BROWSER = [
@@ -64,9 +64,11 @@ def test_every_block_decodes_to_the_fields_sent(seed: int) -> None:
 
 def test_paths_stay_out_of_the_table_and_repeated_fields_are_one_byte_each() -> None:
     encoder, decoder = RequestHeadEncoder(), Decoder()
-    first = encoder.encode(request(b"/tile-1.png"))
+    first = encoder.encode(request(b"/tile-0.png"))
+    second = encoder.encode(request(b"/tile-1.png"))  # the fields seen again go in the table
     table = list(encoder.header_table.dynamic_entries)
     assert b":path" not in {name for name, _ in table}
+    assert len(table) == 5  # authority, user agent, accept, sec-fetch-dest, referer
     again = encoder.encode(request(b"/tile-2.png"))
     assert list(encoder.header_table.dynamic_entries) == table  # nothing added, nothing moved
     # Every field but the path is an index (one byte here); the path a literal without
@@ -77,6 +79,7 @@ def test_paths_stay_out_of_the_table_and_repeated_fields_are_one_byte_each() -> 
     assert again[path_at] == 0x04
     assert len(again) < len(first) // 3
     decoder.decode(first)
+    decoder.decode(second)
     assert decoder.decode(again, raw=True)[3] == (b":path", b"/tile-2.png")
 
 
@@ -86,10 +89,56 @@ def test_the_memo_forgets_indices_once_an_addition_moves_them() -> None:
         decoder.decode(encoder.encode(request(path)))
     ua = (b"user-agent", BROWSER[3][1])
     before = encoder.encode([ua])
+    encoder.encode([(b"x-new", b"1")])  # seen once: not added
+    assert encoder.encode([ua]) == before
     encoder.encode([(b"x-new", b"1")])  # added: the user agent's entry is one further down
     after = encoder.encode([ua])
     assert after == bytes([before[0] + 1])
     assert encoder.header_table.search(*ua) == (after[0] & 0x7F, *ua)
+
+
+def test_a_field_goes_into_the_table_the_second_time_it_is_sent() -> None:
+    encoder, decoder = RequestHeadEncoder(), Decoder()
+    trace = (b"traceparent", b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+    once = encoder.encode([trace])
+    assert once[0] & 0xF0 == 0x00  # a literal without indexing (RFC 7541 §6.2.2)
+    assert list(encoder.header_table.dynamic_entries) == []
+    twice = encoder.encode([trace])
+    assert twice[0] & 0xC0 == 0x40  # a literal with incremental indexing (§6.2.1)
+    assert list(encoder.header_table.dynamic_entries) == [trace]
+    thrice = encoder.encode([trace])
+    assert thrice == bytes([0x80 | 62])  # the dynamic table's first entry
+    for block in (once, twice, thrice):
+        assert decoder.decode(block, raw=True) == [trace]
+
+
+def test_values_sent_once_leave_the_table_and_the_memo_as_they_were() -> None:
+    """A POST's content-length, a trace id: each request's own value, and the browser's
+    fields keep their one-byte indices from the memo."""
+    encoder, decoder = RequestHeadEncoder(), Decoder()
+    for path in (b"/a", b"/b"):
+        decoder.decode(encoder.encode(request(path)))
+    table = list(encoder.header_table.dynamic_entries)
+    indexed = encoder.encode(request(b"/c"))
+    for n in range(200):
+        fields = [*request(b"/event-%d" % n), (b"content-length", b"%d" % (200 + n))]
+        block = encoder.encode(fields)
+        assert block.startswith(indexed[:3])  # :method, :scheme, :authority as before
+        assert [tuple(f) for f in decoder.decode(block, raw=True)] == fields
+    assert list(encoder.header_table.dynamic_entries) == table
+
+
+def test_fields_seen_once_are_remembered_up_to_a_limit() -> None:
+    encoder = RequestHeadEncoder()
+    first = (b"x-request-id", b"0")
+    encoder.encode([first])
+    for n in range(1, SEEN_LIMIT + 1):
+        encoder.encode([(b"x-request-id", b"%d" % n)])
+    assert list(encoder.header_table.dynamic_entries) == []
+    encoder.encode([first])  # forgotten: its first sight again
+    assert list(encoder.header_table.dynamic_entries) == []
+    encoder.encode([(b"x-request-id", b"%d" % SEEN_LIMIT)])  # still remembered
+    assert list(encoder.header_table.dynamic_entries) == [(b"x-request-id", b"%d" % SEEN_LIMIT)]
 
 
 def test_a_plain_hpack_encoder_would_have_moved_the_indices() -> None:
