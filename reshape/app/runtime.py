@@ -76,6 +76,7 @@ from reshape.mitm.patches.http2_frame_size import DefaultFrameSizeForClients
 from reshape.mitm.patches.inline_hooks import InlineHooks
 from reshape.mitm.patches.listen_backlog import ListenBacklog
 from reshape.mitm.patches.message_typecheck import SkipMessageTypecheck
+from reshape.mitm.patches.option_reads import ReadOptionsWithoutCopies
 from reshape.mitm.patches.origin_connect_timeout import OriginConnectTimeout
 from reshape.mitm.patches.origin_first_byte_timeout import OriginFirstByteTimeout
 from reshape.mitm.patches.request_framing import FrameRequests
@@ -204,6 +205,7 @@ class ProxyProcess:
                 *([ListenWithReusePort()] if reuse_port else []),
                 InlineHooks(),  # hooks in the pass that raised them; one write per pass
                 SkipMessageTypecheck(),
+                ReadOptionsWithoutCopies(),  # option reads: no deep copy of a bool or a str
                 CacheAuthorityParses(),  # Host and :authority parsed once per text
                 ReuseClientTlsContexts(),  # a client's TLS: the host's certificate loaded once
                 ForkContextsWithoutAServer(),  # a request's context without a throwaway server

@@ -36,6 +36,7 @@ from reshape.mitm.patches.http2_flood_guard import GuardHttp2Floods
 from reshape.mitm.patches.http2_frame_size import DefaultFrameSizeForClients
 from reshape.mitm.patches.inline_hooks import InlineHooks
 from reshape.mitm.patches.message_typecheck import SkipMessageTypecheck
+from reshape.mitm.patches.option_reads import ReadOptionsWithoutCopies
 from reshape.mitm.patches.origin_connect_timeout import OriginConnectTimeout
 from reshape.mitm.patches.split_requests import ReportSplitRequests
 from reshape.mitm.patches.tls_record_sizes import SizeTlsRecords
@@ -52,6 +53,7 @@ def reshape_patches() -> Iterator[None]:
         [
             InlineHooks(),
             SkipMessageTypecheck(),
+            ReadOptionsWithoutCopies(),
             CacheAuthorityParses(),
             ReuseClientTlsContexts(),
             ForkContextsWithoutAServer(),
