@@ -68,8 +68,8 @@ from reshape.mitm.patches.connection_teardown import FinishConnectionTeardown
 from reshape.mitm.patches.context_fork import ForkContextsWithoutAServer
 from reshape.mitm.patches.early_hints import SendEarlyHints
 from reshape.mitm.patches.engine_join import JoinEngine
+from reshape.mitm.patches.h2_client_hpack import ClientHpackCoders
 from reshape.mitm.patches.h2_header_validation import ValidateH2HeadersInOnePass
-from reshape.mitm.patches.h2_response_heads import EncodeClientHeadsThroughIndex
 from reshape.mitm.patches.http1_head_guard import GuardHttp1Heads
 from reshape.mitm.patches.http1_trailers import CarryHttp1Trailers
 from reshape.mitm.patches.http2_flood_guard import GuardHttp2Floods
@@ -226,7 +226,7 @@ class ProxyProcess:
                 FrameRequests(client_errors.report),  # Host, refusals (request_framing)
                 GuardHttp2Floods(client_errors.report),
                 DefaultFrameSizeForClients(),  # h2spec http2/4.2/3
-                EncodeClientHeadsThroughIndex(),  # response heads: the same bytes, less work
+                ClientHpackCoders(),  # HPACK: the same bytes and headers, less work
                 FinishConnectionTeardown(),  # a flood's close used to leave its socket open
                 # Requests to the engine, in process; the rest (upgrades) on mitmproxy's own
                 # connections, which get the engine's kind of timeouts too.

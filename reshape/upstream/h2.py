@@ -25,6 +25,7 @@ from h2.errors import ErrorCodes
 from hpack import NeverIndexedHeaderTuple
 
 from reshape.base.errors import ReshapeError
+from reshape.upstream.hpack_decoder import HeadDecoder
 from reshape.upstream.hpack_encoder import RequestHeadEncoder
 from reshape.upstream.types import (
     HOP_BY_HOP,
@@ -122,7 +123,8 @@ class H2Response:
 # The h2 releases `_GoawayTolerantConnection` was read against and tested on: it overrides a
 # private method, so any other release is refused at start-up (`check_h2_version`); likewise the
 # hpack releases `IndexedHeaderTable` (reshape/upstream/hpack_table.py) extends the table of, and
-# `RequestHeadEncoder` (reshape/upstream/hpack_encoder.py) the encoder.
+# `RequestHeadEncoder` (reshape/upstream/hpack_encoder.py) the encoder, `HeadDecoder`
+# (reshape/upstream/hpack_decoder.py) the decoder.
 H2_CHECKED_ON = ("4.3.0",)
 HPACK_CHECKED_ON = ("4.2.0",)
 
@@ -134,7 +136,11 @@ class H2VersionError(ReshapeError):
 def check_h2_version() -> None:
     for package, checked_on, recheck in (
         ("h2", H2_CHECKED_ON, "reshape/upstream/h2.py (_GoawayTolerantConnection)"),
-        ("hpack", HPACK_CHECKED_ON, "reshape/upstream/hpack_table.py and hpack_encoder.py"),
+        (
+            "hpack",
+            HPACK_CHECKED_ON,
+            "reshape/upstream/hpack_table.py, hpack_encoder.py, hpack_decoder.py",
+        ),
     ):
         version = importlib.metadata.version(package)
         if version not in checked_on:
@@ -206,6 +212,7 @@ def origin_connection() -> _GoawayTolerantConnection:
     )
     connection = _GoawayTolerantConnection(config)
     connection.encoder = RequestHeadEncoder()
+    connection.decoder = HeadDecoder.replacing(connection.decoder)
     return connection
 
 

@@ -33,7 +33,7 @@ size since the last block, then the last one if it differs.
 `IndexedEncoder`, under both: hpack's `Encoder` with the same bytes out, but a field the table
 holds exactly is found through `IndexedHeaderTable`'s dictionaries and its index's encoding is
 kept, without hpack's `add` (its table walk, debug log call and integer encoding). The proxy's
-client connections use it as it is (reshape/mitm/patches/h2_response_heads.py): a browser's
+client connections use it as it is (reshape/mitm/patches/h2_client_hpack.py): a browser's
 responses repeat most of their fields too (server, content type, date, cache fields), mixed with
 values each response has alone (content-length, etag), which hpack indexes like the others and
 which would clear a memo on every response. An nginx response head: 27.7 us against 13.4.

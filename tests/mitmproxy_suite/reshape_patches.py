@@ -30,8 +30,8 @@ from reshape.mitm.patches.connection_teardown import FinishConnectionTeardown
 from reshape.mitm.patches.context_fork import ForkContextsWithoutAServer
 from reshape.mitm.patches.early_hints import SendEarlyHints
 from reshape.mitm.patches.engine_join import JoinEngine
+from reshape.mitm.patches.h2_client_hpack import ClientHpackCoders
 from reshape.mitm.patches.h2_header_validation import ValidateH2HeadersInOnePass
-from reshape.mitm.patches.h2_response_heads import EncodeClientHeadsThroughIndex
 from reshape.mitm.patches.http1_trailers import CarryHttp1Trailers
 from reshape.mitm.patches.http2_flood_guard import GuardHttp2Floods
 from reshape.mitm.patches.http2_frame_size import DefaultFrameSizeForClients
@@ -65,7 +65,7 @@ def reshape_patches() -> Iterator[None]:
             CarryHttp1Trailers(),
             GuardHttp2Floods(_ignore),
             DefaultFrameSizeForClients(),
-            EncodeClientHeadsThroughIndex(),
+            ClientHpackCoders(),
             FinishConnectionTeardown(),
             JoinEngine(Engine(None), lambda flow: None),
             OriginConnectTimeout(10.0),

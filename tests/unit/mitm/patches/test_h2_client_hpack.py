@@ -1,19 +1,21 @@
-"""reshape/mitm/patches/h2_response_heads.py: a client connection's response heads through
-`IndexedEncoder`, the same bytes as hpack's encoder sends."""
+"""reshape/mitm/patches/h2_client_hpack.py: a client connection's response heads through
+`IndexedEncoder`, the same bytes as hpack's encoder sends, and its request heads through
+`HeadDecoder`, the same headers as hpack's decoder reads."""
 
 from __future__ import annotations
 
 import h2.config
 import h2.connection
 import h2.events
-from hpack import Encoder
+from hpack import Decoder, Encoder
 from mitmproxy import connection, options
 from mitmproxy.addons.proxyserver import Proxyserver
 from mitmproxy.proxy.context import Context
 from mitmproxy.proxy.layers.http import _http2
 
 from reshape.mitm.patches import Patches
-from reshape.mitm.patches.h2_response_heads import EncodeClientHeadsThroughIndex
+from reshape.mitm.patches.h2_client_hpack import ClientHpackCoders
+from reshape.upstream.hpack_decoder import HeadDecoder
 from reshape.upstream.hpack_encoder import IndexedEncoder
 
 
@@ -34,7 +36,7 @@ def _browser() -> h2.connection.H2Connection:
 
 def _responses(server: _http2.Http2Server, browser: h2.connection.H2Connection) -> list[bytes]:
     """What the server's connection sends for 30 responses of a page (and what the browser
-    reads back), as mitmproxy's layer drives it."""
+    reads back), as mitmproxy's layer drives it; the requests it reads are the browser's."""
     conn = server.h2_conn
     conn.initiate_connection()
     conn.receive_data(browser.data_to_send())
@@ -53,7 +55,17 @@ def _responses(server: _http2.Http2Server, browser: h2.connection.H2Connection) 
             ],
             end_stream=True,
         )
-        conn.receive_data(browser.data_to_send())
+        requests = [
+            e
+            for e in conn.receive_data(browser.data_to_send())
+            if isinstance(e, h2.events.RequestReceived)
+        ]
+        assert requests[0].headers[3] == (b":path", b"/tile-%d.png" % n)
+        assert [bytes(k) for k, _ in requests[0].headers[:3]] == [
+            b":method",
+            b":scheme",
+            b":authority",
+        ]
         head = [
             (b":status", b"200"),
             (b"server", b"nginx/1.22.1"),
@@ -72,12 +84,18 @@ def _responses(server: _http2.Http2Server, browser: h2.connection.H2Connection) 
     return sent
 
 
-def test_client_connections_get_the_indexed_encoder_and_send_the_same_bytes() -> None:
+def test_client_connections_get_reshapes_coders_and_send_and_read_the_same() -> None:
     plain = _server()
     assert type(plain.h2_conn.encoder) is Encoder
     expected = _responses(plain, _browser())
-    with Patches([EncodeClientHeadsThroughIndex()]):
+    with Patches([ClientHpackCoders()]):
         server = _server()
         assert isinstance(server.h2_conn.encoder, IndexedEncoder)
+        assert isinstance(server.h2_conn.decoder, HeadDecoder)
+        assert (
+            server.h2_conn.decoder.max_header_list_size
+            == plain.h2_conn.decoder.max_header_list_size
+        )
         assert _responses(server, _browser()) == expected
     assert type(_server().h2_conn.encoder) is Encoder
+    assert type(_server().h2_conn.decoder) is Decoder

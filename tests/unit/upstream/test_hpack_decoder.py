@@ -1,0 +1,104 @@
+"""reshape/upstream/hpack_decoder.py: the same headers, errors and table as hpack's decoder,
+block after block, for well-formed and for arbitrary input."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hpack import Decoder, Encoder, HeaderTuple, NeverIndexedHeaderTuple
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reshape.upstream.hpack_decoder import HeadDecoder
+
+BROWSER = [
+    (b":method", b"GET"),
+    (b":authority", b"127.0.0.17:8443"),
+    (b":scheme", b"https"),
+    (b":path", b"/h2/app/tile-001.png"),
+    (b"user-agent", b"Mozilla/5.0 (X11; Linux x86_64) HeadlessChrome/131.0.0.0 Safari/537.36"),
+    (b"accept", b"image/avif,image/webp,image/apng,image/*,*/*;q=0.8"),
+    (b"sec-fetch-dest", b"image"),
+    (b"accept-encoding", b"gzip, deflate, br, zstd"),
+    (b"accept-language", b"en-US"),
+]
+
+
+def outcome(decoder: Decoder, block: bytes) -> object:
+    """What a decoder makes of a block: its headers (with their classes) or its error, and
+    its table afterwards."""
+    try:
+        headers: object = [(type(h), tuple(h)) for h in decoder.decode(block, raw=True)]
+    except Exception as e:  # noqa: BLE001 (the comparison is the point)
+        headers = (type(e), str(e))
+    return headers, list(decoder.header_table.dynamic_entries), decoder.header_table_size
+
+
+def both(blocks: list[bytes], limit: int | None = None) -> None:
+    ours, hpacks = HeadDecoder(), Decoder()
+    if limit is not None:
+        ours.max_header_list_size = hpacks.max_header_list_size = limit
+    for block in blocks:
+        assert outcome(ours, block) == outcome(hpacks, block)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_well_formed_blocks_decode_as_hpacks(seed: int) -> None:
+    """Browser-like heads and random fields through an encoder: indices (one byte and longer,
+    static and dynamic), literals with and without indexing, never-indexed fields, evictions
+    and size updates."""
+    rng = random.Random(seed)
+    encoder = Encoder()
+    blocks = []
+    for n in range(120):
+        fields: list[tuple[bytes, bytes]] = [
+            *BROWSER[:3],
+            (b":path", b"/tile-%d.png" % rng.randrange(40)),
+            *BROWSER[4:],
+        ]
+        for _ in range(rng.randrange(8)):
+            name = b"x-%d" % rng.randrange(90)  # enough names to push indices past 126
+            fields.append((name, b"v" * rng.choice([1, 10, 200])))
+        if rng.random() < 0.2:
+            fields.append(NeverIndexedHeaderTuple(b"cookie", b"id=%d" % n))
+        if rng.random() < 0.05:
+            encoder.header_table_size = rng.choice([0, 256, 4096])
+        blocks.append(encoder.encode(fields))
+    both(blocks)
+    both(blocks, limit=2000)  # some blocks above the header list limit
+
+
+def test_static_and_dynamic_indices_come_back_as_header_tuples() -> None:
+    encoder, decoder = Encoder(), HeadDecoder()
+    decoder.decode(encoder.encode(BROWSER), raw=True)
+    again = decoder.decode(encoder.encode(BROWSER), raw=True)
+    assert [tuple(h) for h in again] == BROWSER
+    assert all(type(h) is HeaderTuple and type(h[1]) is bytes for h in again)
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        b"\x80",  # index 0
+        b"\xff",  # a multi-byte index cut short
+        b"\xbe",  # index 62 with an empty dynamic table
+        b"\xff\x80\x01",  # index 255: beyond the tables
+        b"\x82\x3f\xe1\x1f",  # a size update after a field
+        b"\x3f\xe1\x1f\x82",  # a size update above the maximum
+        b"\x40\x05ab",  # a literal cut short
+        b"\x82" * 200,  # many fields
+    ],
+)
+def test_malformed_blocks_fail_as_in_hpack(block: bytes) -> None:
+    both([block])
+    both([block], limit=100)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.binary(max_size=40), min_size=1, max_size=6))
+def test_arbitrary_bytes_decode_or_fail_as_in_hpack(blocks: list[bytes]) -> None:
+    # After a valid block, so that the dynamic table holds entries.
+    seeded = [Encoder().encode(BROWSER), *blocks]
+    both(seeded)
+    both(blocks, limit=64)
