@@ -79,7 +79,8 @@ class H2Response:
         self._chunks: collections.deque[tuple[bytes, int]] = collections.deque()
         self._ended = False
         self._error: Exception | None = None
-        self._readable = asyncio.Event()
+        # Made when a read has to wait: most responses have arrived whole by their first read.
+        self._readable: asyncio.Event | None = None
         self.finished = False
 
     async def read(self) -> bytes:
@@ -89,6 +90,8 @@ class H2Response:
             if self._ended:
                 self._connection._stream_finished(self, reusable=True)
                 return b""
+            if self._readable is None:
+                self._readable = asyncio.Event()
             self._readable.clear()
             await self._readable.wait()
         data, flow_controlled = self._chunks.popleft()
@@ -117,7 +120,12 @@ class H2Response:
         self._error = error
         if not self.head.done():
             self.head.set_exception(error)
-        self._readable.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        """Tell a waiting `read` that something has arrived or ended."""
+        if self._readable is not None:
+            self._readable.set()
 
 
 # The h2 releases `_GoawayTolerantConnection` was read against and tested on: it overrides a
@@ -435,7 +443,7 @@ class H2Upstream:
                 self._acknowledge(event.stream_id, event.flow_controlled_length)
                 return
             response._chunks.append((event.data, event.flow_controlled_length))
-            response._readable.set()
+            response._wake()
         elif isinstance(event, h2.events.TrailersReceived):
             response = self._streams.get(event.stream_id)
             if response is not None:
@@ -444,7 +452,7 @@ class H2Upstream:
             response = self._streams.get(event.stream_id)
             if response is not None:
                 response._ended = True
-                response._readable.set()
+                response._wake()
         elif isinstance(event, h2.events.StreamReset):
             response = self._streams.get(event.stream_id)
             if response is not None:
