@@ -52,7 +52,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, TypeGuard
 
 from mitmproxy import exceptions, flow, hooks
 from mitmproxy.addonmanager import traverse
@@ -202,6 +202,19 @@ def hooks_in_place(table: HookTable | None) -> Iterator[Pass | None]:
         _current_pass = None
 
 
+_FLOW_TYPES: dict[type, bool] = {}
+
+
+def is_flow(data: Any) -> TypeGuard[flow.Flow]:
+    """`isinstance(data, flow.Flow)` by the data's type, remembered: `Flow` is an abstract base
+    class, whose `isinstance` runs through Python (`ABCMeta.__instancecheck__`) on every hook."""
+    kind = type(data)
+    known = _FLOW_TYPES.get(kind)
+    if known is None:
+        known = _FLOW_TYPES[kind] = isinstance(data, flow.Flow)
+    return known
+
+
 def run_inline(table: HookTable, hook: commands.StartHook) -> bool | None:
     """Run the hook now: True if it completed, False if its flow waits to be resumed, None if
     it must take mitmproxy's own path."""
@@ -211,7 +224,7 @@ def run_inline(table: HookTable, hook: commands.StartHook) -> bool | None:
     args = hook_args(hook)
     run_handlers(groups, args)
     data = args[0] if len(args) == 1 else None
-    if isinstance(data, flow.Flow):
+    if is_flow(data):
         update = table.handlers("update")
         if update is None:
             return None  # can't happen for a hook already run: keep mitmproxy's order
