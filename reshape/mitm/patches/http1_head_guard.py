@@ -95,8 +95,8 @@ class GuardHttp1Heads(Patch):
             if self.state == self.passthrough:
                 # A tunnel (after CONNECT or an upgrade): no head is read any more, nothing to
                 # look at in its commands. Each response through a tunnel is three events here.
+                # No timer to drop either: the event that completed the head dropped it (below).
                 yield from original_handle_event(self, event)
-                timers.pop(self, None)
                 return
             parsing = reading_head(self) and isinstance(event, events.DataReceived)
             commands_ = original_handle_event(self, event)
