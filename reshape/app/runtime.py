@@ -69,6 +69,7 @@ from reshape.mitm.patches.context_fork import ForkContextsWithoutAServer
 from reshape.mitm.patches.early_hints import SendEarlyHints
 from reshape.mitm.patches.engine_join import JoinEngine
 from reshape.mitm.patches.h2_client_hpack import ClientHpackCoders
+from reshape.mitm.patches.h2_frame_trace import ReceiveFramesUntraced
 from reshape.mitm.patches.h2_header_validation import ValidateH2HeadersInOnePass
 from reshape.mitm.patches.http1_head_guard import GuardHttp1Heads
 from reshape.mitm.patches.http1_trailers import CarryHttp1Trailers
@@ -227,6 +228,7 @@ class ProxyProcess:
                 GuardHttp2Floods(client_errors.report),
                 DefaultFrameSizeForClients(),  # h2spec http2/4.2/3
                 ClientHpackCoders(),  # HPACK: the same bytes and headers, less work
+                ReceiveFramesUntraced(),  # no repr of every frame for a log that drops it
                 FinishConnectionTeardown(),  # a flood's close used to leave its socket open
                 # Requests to the engine, in process; the rest (upgrades) on mitmproxy's own
                 # connections, which get the engine's kind of timeouts too.

@@ -31,6 +31,7 @@ from reshape.mitm.patches.context_fork import ForkContextsWithoutAServer
 from reshape.mitm.patches.early_hints import SendEarlyHints
 from reshape.mitm.patches.engine_join import JoinEngine
 from reshape.mitm.patches.h2_client_hpack import ClientHpackCoders
+from reshape.mitm.patches.h2_frame_trace import ReceiveFramesUntraced
 from reshape.mitm.patches.h2_header_validation import ValidateH2HeadersInOnePass
 from reshape.mitm.patches.http1_trailers import CarryHttp1Trailers
 from reshape.mitm.patches.http2_flood_guard import GuardHttp2Floods
@@ -66,6 +67,7 @@ def reshape_patches() -> Iterator[None]:
             GuardHttp2Floods(_ignore),
             DefaultFrameSizeForClients(),
             ClientHpackCoders(),
+            ReceiveFramesUntraced(),
             FinishConnectionTeardown(),
             JoinEngine(Engine(None), lambda flow: None),
             OriginConnectTimeout(10.0),
