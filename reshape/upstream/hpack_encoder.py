@@ -54,16 +54,23 @@ from reshape.upstream.hpack_table import IndexedHeaderTable
 
 # Fields sent without indexing: their values rarely repeat.
 UNINDEXED = frozenset({b":path"})
+# The most of its dynamic table an encoder uses, whatever the peer allows: the protocol's
+# initial size, and nghttp2's encoder limit. hpack's encoder takes the peer's
+# SETTINGS_HEADER_TABLE_SIZE as it comes: Chromium announces 64 KiB, and a peer announcing 4 GiB
+# would have the proxy keep every distinct field it ever sent on the connection (a response's
+# date, etag, content-length...), one connection growing without bound.
+TABLE_SIZE_LIMIT = 4096
 # How many fields sent once are remembered, to be indexed when sent again: far more than the
 # distinct fields of a few browsers' requests that a 4 KB table can hold.
 SEEN_LIMIT = 512
 
 
 class IndexedEncoder(Encoder):
-    """hpack's `Encoder` over an `IndexedHeaderTable`: the same blocks (but for the table size
-    updates, which follow RFC 7541 §4.2), a field the table holds exactly sent as its index
-    without going through `Encoder.add`. Takes what h2 gives an encoder: (name, value) pairs,
-    hpack `HeaderTuple`s, or (name, value, sensitive) triples."""
+    """hpack's `Encoder` over an `IndexedHeaderTable`: the same blocks (but for the table size,
+    at most TABLE_SIZE_LIMIT, and its updates, which follow RFC 7541 §4.2), a field the table
+    holds exactly sent as its index without going through `Encoder.add`. Takes what h2 gives
+    an encoder: (name, value) pairs, hpack `HeaderTuple`s, or (name, value, sensitive)
+    triples."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -76,9 +83,12 @@ class IndexedEncoder(Encoder):
 
     @header_table_size.setter
     def header_table_size(self, value: int) -> None:
-        # h2 sets this as each SETTINGS_HEADER_TABLE_SIZE of the peer is acknowledged. Every
-        # setting since the last block is kept, a repeated one too: the next block must say the
-        # smallest of them. The size already in force, with none pending, needs no update.
+        # h2 sets this as each SETTINGS_HEADER_TABLE_SIZE of the peer is acknowledged: the most
+        # the peer's decoder holds. The encoder uses at most TABLE_SIZE_LIMIT of it (RFC 7541
+        # §4.2 lets it use less). Every setting since the last block is kept, a repeated one
+        # too: the next block must say the smallest of them. The size already in force, with
+        # none pending, needs no update.
+        value = min(value, TABLE_SIZE_LIMIT)
         if value == self.header_table.maxsize and not self.table_size_changes:
             return
         self.header_table.maxsize = value

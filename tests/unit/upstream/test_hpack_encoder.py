@@ -15,7 +15,12 @@ from hpack.hpack import decode_integer
 from hpack.table import HeaderTable
 
 from reshape.upstream.h2 import origin_connection
-from reshape.upstream.hpack_encoder import SEEN_LIMIT, IndexedEncoder, RequestHeadEncoder
+from reshape.upstream.hpack_encoder import (
+    SEEN_LIMIT,
+    TABLE_SIZE_LIMIT,
+    IndexedEncoder,
+    RequestHeadEncoder,
+)
 
 NAMES = [b":path", b":authority", b"accept", b"user-agent", b"x-a", b"x-b", b"cookie", b"referer"]
 BROWSER = [
@@ -162,7 +167,7 @@ def test_a_plain_hpack_encoder_would_have_moved_the_indices() -> None:
         ([100], [100]),
         ([100, 100], [100]),
         ([8192, 512], [512]),
-        ([512, 8192], [512, 8192]),
+        ([512, 8192], [512, TABLE_SIZE_LIMIT]),  # no more than the limit
         ([1000, 500, 800], [500, 800]),
         ([4096], []),  # the size in force: nothing to say
         ([100, 4096], [100, 4096]),
@@ -246,7 +251,8 @@ def response_field(rng: random.Random) -> tuple[object, ...]:
 @pytest.mark.parametrize("seed", range(40))
 def test_the_indexed_encoder_sends_what_hpacks_sends(seed: int) -> None:
     """Byte for byte, through exact and name-only matches, additions, evictions, oversized and
-    never-indexed fields, triples, str fields and single table size changes."""
+    never-indexed fields, triples, str fields and single table size changes (up to
+    TABLE_SIZE_LIMIT: above it, ours keeps the limit)."""
     rng = random.Random(seed)
     ours, hpacks, decoder = IndexedEncoder(), Encoder(), Decoder()
     for _ in range(300):
@@ -254,7 +260,8 @@ def test_the_indexed_encoder_sends_what_hpacks_sends(seed: int) -> None:
         block += [response_field(rng) for _ in range(rng.randrange(0, 10))]
         if rng.random() < 0.05:
             size = rng.choice([0, 100, 512, 4096, 65536])
-            ours.header_table_size = hpacks.header_table_size = size
+            ours.header_table_size = size
+            hpacks.header_table_size = min(size, TABLE_SIZE_LIMIT)  # ours uses no more
             decoder.max_allowed_table_size = max(size, 4096)
         encoded = ours.encode(block)
         assert encoded == hpacks.encode(block)
@@ -272,3 +279,33 @@ def test_the_indexed_encoder_finds_a_held_field_without_hpacks_add() -> None:
     again = encoder.encode(head)
     assert added == []
     assert again == bytes([0x88, 0x80 | 63, 0x80 | 62])  # static 8; server, then the newest
+
+
+@pytest.mark.parametrize(
+    ("settings", "updates"),
+    [
+        ([65536], []),  # Chromium's: the table stays at the protocol's initial size
+        ([2**31 - 1], []),
+        ([1024, 65536], [1024, TABLE_SIZE_LIMIT]),
+        ([65536, 1024], [1024]),
+    ],
+)
+def test_a_peer_allowing_a_larger_table_gets_at_most_the_limit(
+    settings: list[int], updates: list[int]
+) -> None:
+    encoder, decoder = IndexedEncoder(), Decoder()
+    for size in settings:
+        encoder.header_table_size = size
+    decoder.max_allowed_table_size = settings[-1]
+    first = encoder.encode([(b":status", b"200")])
+    assert _size_updates(first) == updates
+    decoder.decode(first)
+    for n in range(2000):  # distinct fields, each added to the table
+        block = encoder.encode([(b"etag", b'"%d"' % n), (b"date", b"%d" % n)])
+        assert [tuple(f) for f in decoder.decode(block, raw=True)] == [
+            (b"etag", b'"%d"' % n),
+            (b"date", b"%d" % n),
+        ]
+    assert encoder.header_table_size <= TABLE_SIZE_LIMIT
+    assert encoder.header_table._current_size <= TABLE_SIZE_LIMIT
+    assert list(decoder.header_table.dynamic_entries) == list(encoder.header_table.dynamic_entries)
