@@ -106,6 +106,7 @@ class Preconnect:
         # First party -> the miss rule of the policy its last document request ran under.
         self._max_misses: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
+        self._merging: asyncio.Task[None] | None = None  # the upkeep's merge, while it runs
         engine.first_sight = self._first_sight
 
     # mitmproxy hooks
@@ -119,6 +120,8 @@ class Preconnect:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._merging is not None:
+            await self._merging  # its batch is written and learned before the last merge
         self._learn(self.tracker.expire(float("inf")))
         if self.pending or (self.board is not None and self._in_use()):
             self._merge_now()
@@ -220,7 +223,12 @@ class Preconnect:
             self._learn(self.tracker.expire(time.time()))
             if time.monotonic() - last_merge >= MERGE_SECONDS and self._in_use():
                 last_merge = time.monotonic()
-                await self._merge()
+                # Not cancelled with the upkeep when the proxy stops: `done` waits for it. Cut
+                # off in its thread, its batch was lost, and its write could land after the
+                # last merge's and undo it (page loads learned before the stop, forgotten).
+                self._merging = asyncio.create_task(self._merge(), name="preconnect merge")
+                await asyncio.shield(self._merging)
+                self._merging = None
 
     async def _merge(self) -> None:
         batch, self.pending = self.pending, []
