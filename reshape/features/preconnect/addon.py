@@ -121,7 +121,13 @@ class Preconnect:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         if self._merging is not None:
-            await self._merging  # its batch is written and learned before the last merge
+            # Its batch is written and learned before the last merge. Shielded: a stop cut short
+            # does not cut the merge's write off either. Its failure does not cost the last
+            # merge what was learned since.
+            try:
+                await asyncio.shield(self._merging)
+            except Exception:
+                log.exception("preconnect: the merge running at the stop failed")
         self._learn(self.tracker.expire(float("inf")))
         if self.pending or (self.board is not None and self._in_use()):
             self._merge_now()

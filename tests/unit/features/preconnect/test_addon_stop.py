@@ -63,3 +63,34 @@ async def test_a_merge_cut_off_by_the_stop_is_finished_and_kept(
     assert set(table.origins("https://a.example")) == {"https://cdn.a.example"}
     assert set(table.origins("https://b.example")) == {"https://cdn.b.example"}
     assert set(addon.table.origins("https://a.example")) == {"https://cdn.a.example"}
+
+
+async def test_a_merge_failing_at_the_stop_leaves_the_last_merge_to_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(preconnect_addon, "EXPIRE_SECONDS", 0.01)
+    monkeypatch.setattr(preconnect_addon, "MERGE_SECONDS", 0.0)
+    holder = PolicyHolder(None, parse_policy_text(POLICY, tmp_path / "policy.yaml"))
+    addon = Preconnect(Engine(None), holder, PoolRouting(), tmp_path)
+    started, release = threading.Event(), threading.Event()
+    original = addon._merge_batch
+
+    def failing_merge(batch: list[Any]) -> Any:
+        if not started.is_set():
+            started.set()
+            assert release.wait(10)
+            raise RuntimeError("a bug in the merge")
+        return original(batch)
+
+    monkeypatch.setattr(addon, "_merge_batch", failing_merge)
+    addon._learn([_outcome("https://a.example", "https://cdn.a.example")])
+    addon.running()
+    assert await asyncio.to_thread(started.wait, 10)
+    addon._learn([_outcome("https://b.example", "https://cdn.b.example")])
+    stopping = asyncio.create_task(addon.done())
+    await asyncio.sleep(0.05)
+    release.set()
+    await asyncio.wait_for(stopping, 10)  # no exception out of done()
+    table = TableStore(tmp_path / FILE_NAME).load()
+    assert set(table.origins("https://b.example")) == {"https://cdn.b.example"}
+    assert "the merge running at the stop failed" in caplog.text
