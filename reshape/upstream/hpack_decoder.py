@@ -23,7 +23,7 @@ from __future__ import annotations
 from hpack import HeaderTuple
 from hpack.exceptions import HPACKDecodingError, OversizedHeaderListError
 from hpack.hpack import Decoder
-from hpack.table import HeaderTable
+from hpack.table import HeaderTable, table_entry_size
 
 # The static table as the headers a block decodes to, by index (0 is no entry).
 _STATIC: tuple[HeaderTuple | None, ...] = (
@@ -31,7 +31,6 @@ _STATIC: tuple[HeaderTuple | None, ...] = (
     *(tuple.__new__(HeaderTuple, entry) for entry in HeaderTable.STATIC_TABLE),
 )
 _STATIC_LENGTH = HeaderTable.STATIC_TABLE_LENGTH
-_ENTRY_OVERHEAD = 32  # RFC 7541 §4.1, as hpack's table_entry_size counts it
 
 
 class HeadDecoder(Decoder):
@@ -83,7 +82,7 @@ class HeadDecoder(Decoder):
                 header, consumed = self._decode_literal_no_index(view[at:])
             if header is not None:
                 headers.append(header)
-                inflated += len(header[0]) + len(header[1]) + _ENTRY_OVERHEAD
+                inflated += table_entry_size(header[0], header[1])
                 if inflated > limit:
                     msg = f"A header list larger than {limit} has been received"
                     raise OversizedHeaderListError(msg)
