@@ -212,8 +212,10 @@ def test_the_slots_of_a_worker_that_dies_come_back(
     knobs = "{upstream: {max_connections_per_host: 2, queue_timeout: 5, idle_timeout: 300}}"
     proxy = start_reshape(*START, policy=policy(tmp_path, knobs))
     assert set(browse(proxy, origin)) == {"200"}
+    # One connection or two: a slot can be between workers as the load ends (a worker closed
+    # its idle connection for the other, whose wait is then called off: the slot is free).
     holders = origin_connections_by_process(origin)
-    assert sum(holders.values()) == 2, holders
+    assert 1 <= sum(holders.values()) <= 2, holders
     # A worker that holds a slot dies; the kernel closes its origin connection, the broker
     # sees its socket close.
     victim = sorted(holders)[0]
