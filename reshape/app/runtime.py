@@ -85,6 +85,7 @@ from reshape.mitm.patches.request_framing import FrameRequests
 from reshape.mitm.patches.reuse_port import ListenWithReusePort
 from reshape.mitm.patches.split_requests import ReportSplitRequests
 from reshape.mitm.patches.tls_record_sizes import SizeTlsRecords
+from reshape.mitm.patches.tunnel_passthrough import SendTunnelDataDirectly
 from reshape.policy.chooser import PolicyChooser
 from reshape.policy.loader import load_policy_file
 from reshape.policy.reload import PolicyHolder
@@ -219,6 +220,7 @@ class ProxyProcess:
                     early_hints.links_for, early_hints.hints_sent, early_hints.interim_seen
                 ),
                 CarryHttp1Trailers(),
+                SendTunnelDataDirectly(),  # a CONNECT tunnel's bytes skip Http1Server's send
                 GuardHttp1Heads(
                     client_errors.report,
                     max_head_bytes=DEFAULT_MAX_HEAD_BYTES,

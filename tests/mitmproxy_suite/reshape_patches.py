@@ -42,6 +42,7 @@ from reshape.mitm.patches.option_reads import ReadOptionsWithoutCopies
 from reshape.mitm.patches.origin_connect_timeout import OriginConnectTimeout
 from reshape.mitm.patches.split_requests import ReportSplitRequests
 from reshape.mitm.patches.tls_record_sizes import SizeTlsRecords
+from reshape.mitm.patches.tunnel_passthrough import SendTunnelDataDirectly
 from reshape.upstream.engine import Engine
 
 
@@ -64,6 +65,7 @@ def reshape_patches() -> Iterator[None]:
             ReportSplitRequests(_ignore),
             SendEarlyHints(lambda flow: None, _ignore, _ignore),
             CarryHttp1Trailers(),
+            SendTunnelDataDirectly(),
             GuardHttp2Floods(_ignore),
             DefaultFrameSizeForClients(),
             ClientHpackCoders(),

@@ -7,7 +7,7 @@ tests/hardening/test_mitm_timeouts.py."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import h2.config
 import h2.connection
@@ -71,6 +71,8 @@ class DrivenLayer:
         self.origin_alpn = origin_alpn
         self.layer = HttpLayer(Context(self.client, opts), HTTPMode.regular)
         self.errors: list[str] = []
+        # Sees each hook before it completes (an addon's part: set a hook's data).
+        self.on_hook: Callable[[commands.StartHook], None] = lambda hook: None
         self.feed(events.Start())
 
     def feed(self, event: events.Event) -> list[commands.Command]:
@@ -85,6 +87,7 @@ class DrivenLayer:
                 if isinstance(command, commands.StartHook):
                     if command.name == "error":
                         self.errors.append(command.args()[0].error.msg)
+                    self.on_hook(command)
                     queue.append(events.HookCompleted(command))
                 elif isinstance(command, commands.OpenConnection):
                     server = command.connection
