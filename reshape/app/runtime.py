@@ -71,6 +71,7 @@ from reshape.mitm.patches.engine_join import JoinEngine
 from reshape.mitm.patches.h2_client_hpack import ClientHpackCoders
 from reshape.mitm.patches.h2_frame_trace import ReceiveFramesUntraced
 from reshape.mitm.patches.h2_header_validation import ValidateH2HeadersInOnePass
+from reshape.mitm.patches.h2_held_output import HoldHttp2Output
 from reshape.mitm.patches.http1_head_guard import GuardHttp1Heads
 from reshape.mitm.patches.http1_trailers import CarryHttp1Trailers
 from reshape.mitm.patches.http2_flood_guard import GuardHttp2Floods
@@ -235,6 +236,7 @@ class ProxyProcess:
                 # Requests to the engine, in process; the rest (upgrades) on mitmproxy's own
                 # connections, which get the engine's kind of timeouts too.
                 JoinEngine(self.engine, self.routing.route_for),
+                HoldHttp2Output(),  # an engine answer's frames to an HTTP/2 client: one write
                 OriginConnectTimeout(origin_timeouts[0]),
                 OriginFirstByteTimeout(origin_timeouts[1]),
             ]

@@ -106,21 +106,39 @@ class EngineResponse(events.ConnectionEvent):
         return f"EngineResponse({self.stream_id}, {self.http_events!r})"
 
 
+class HeldOutput(Protocol):
+    """The client connection's output, held while one `EngineResponse` passes to the streams
+    (reshape/mitm/patches/h2_held_output.py)."""
+
+    def hold(self) -> None:
+        """From now on the connection's layer keeps what it would send."""
+
+    def end_hold(self) -> None:
+        """It sends again; what it kept waits for `take` (or for its next send)."""
+
+    def take(self) -> bytes:
+        """Everything the connection has to send, for one `SendData`."""
+
+
 class EngineClient(layer.Layer):
-    """The only layer of an `EngineServer` connection. `streams` tells which streams of the
+    """The only layer of an `EngineServer` connection. `flows` tells which streams of the
     HttpLayer still exist, so that answers for a stream that is gone are dropped and stop the
-    exchange."""
+    exchange. `client_output`, if given, returns the client connection's output to hold while
+    an answer passes (None: nothing to hold), so that what the answer makes the client's layer
+    send leaves in one `SendData` rather than one per event."""
 
     def __init__(
         self,
         context: layer.Context,
         starter: ExchangeStarter,
         flows: Callable[[int], http.HTTPFlow | None],
+        client_output: Callable[[], HeldOutput | None] = lambda: None,
     ) -> None:
         super().__init__(context)
         self.starter = starter
         # The flow of a stream of the HttpLayer, or None once the stream is gone.
         self.flow_of = flows
+        self.client_output = client_output
         self.exchanges: dict[int, Exchange] = {}
 
     def _handle_event(self, event: events.Event) -> layer.CommandGenerator[None]:
@@ -190,10 +208,20 @@ class EngineClient(layer.Layer):
     def _deliver(self, event: EngineResponse) -> layer.CommandGenerator[None]:
         wanted = event.stream_id in self.exchanges and self.flow_of(event.stream_id) is not None
         if wanted:
-            for http_event in event.http_events:
-                yield ReceiveHttp(http_event)
-                if isinstance(http_event, (ResponseEndOfMessage, ResponseProtocolError)):
-                    self.exchanges.pop(event.stream_id, None)
+            output = self.client_output()
+            if output is not None:
+                output.hold()
+            try:
+                for http_event in event.http_events:
+                    yield ReceiveHttp(http_event)
+                    if isinstance(http_event, (ResponseEndOfMessage, ResponseProtocolError)):
+                        self.exchanges.pop(event.stream_id, None)
+            finally:
+                if output is not None:
+                    output.end_hold()
+            held = output.take() if output is not None else b""
+            if held:
+                yield commands.SendData(self.context.client, held)
         else:
             self.exchanges.pop(event.stream_id, None)  # the driver stops when told below
         if event.delivered is not None:

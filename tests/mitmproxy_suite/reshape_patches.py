@@ -33,6 +33,7 @@ from reshape.mitm.patches.engine_join import JoinEngine
 from reshape.mitm.patches.h2_client_hpack import ClientHpackCoders
 from reshape.mitm.patches.h2_frame_trace import ReceiveFramesUntraced
 from reshape.mitm.patches.h2_header_validation import ValidateH2HeadersInOnePass
+from reshape.mitm.patches.h2_held_output import HoldHttp2Output
 from reshape.mitm.patches.http1_trailers import CarryHttp1Trailers
 from reshape.mitm.patches.http2_flood_guard import GuardHttp2Floods
 from reshape.mitm.patches.http2_frame_size import DefaultFrameSizeForClients
@@ -72,6 +73,7 @@ def reshape_patches() -> Iterator[None]:
             ReceiveFramesUntraced(),
             FinishConnectionTeardown(),
             JoinEngine(Engine(None), lambda flow: None),
+            HoldHttp2Output(),
             OriginConnectTimeout(10.0),
         ]
     )

@@ -43,11 +43,13 @@ from mitmproxy.proxy.layers.http import (
     GetHttpConnectionCompleted,
     HttpLayer,
 )
+from mitmproxy.proxy.layers.http._http_h2 import BufferedH2Connection
 
 from reshape.base.flowstate import state_of
 from reshape.mitm.engine_channel import EngineChannel
 from reshape.mitm.engine_client import EngineClient, EngineServer
 from reshape.mitm.patches.base import Patch, Replacement
+from reshape.mitm.patches.h2_held_output import HeldHttp2Output
 from reshape.upstream.engine import Engine, Route
 
 # The flow's route through the engine, or None for mitmproxy's own connection. Provided by the
@@ -114,7 +116,9 @@ class JoinEngine(Patch):
                 join.engine, engine_server, lambda stream_id: _client_backlog(self, stream_id)
             )
             engine_server.open_in_place = lambda handler: _open(engine_server, channel, handler)
-            layer = EngineClient(context, channel, lambda sid: _flow_of(self, sid))
+            layer = EngineClient(
+                context, channel, lambda sid: _flow_of(self, sid), lambda: _client_output(self)
+            )
             self.connections[engine_server] = layer
             self.waiting_for_establishment[engine_server].append(event)
             yield from self.event_to_child(layer, events.Start())
@@ -190,6 +194,14 @@ def _client_backlog(layer: HttpLayer, stream_id: int) -> int:
     if not buffers or stream_id not in buffers:
         return 0
     return sum(len(chunk.data) for chunk in buffers[stream_id])
+
+
+def _client_output(layer: HttpLayer) -> HeldHttp2Output | None:
+    """The HTTP/2 client connection's output, to hold while an engine answer passes
+    (reshape/mitm/patches/h2_held_output.py); None for an HTTP/1 client, whose layer keeps
+    nothing back to hold: it sends a response's head and its body as they come."""
+    h2_conn = getattr(layer.connections.get(layer.context.client), "h2_conn", None)
+    return HeldHttp2Output(h2_conn) if isinstance(h2_conn, BufferedH2Connection) else None
 
 
 def _flow_of(layer: HttpLayer, stream_id: int) -> http.HTTPFlow | None:

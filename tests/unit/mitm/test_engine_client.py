@@ -157,3 +157,83 @@ def test_the_connection_closing_ends_every_open_exchange_with_an_error() -> None
     assert [e.stream_id for e in errors] == [1, 3]
     assert all(isinstance(e, ResponseProtocolError) for e in errors)
     assert [c[0] for c in recorder.calls[-2:]] == ["cancel", "cancel"]
+
+
+@dataclass
+class Output:
+    """A HeldOutput that writes down when it was held and what the layer did meanwhile."""
+
+    log: list[str] = field(default_factory=list)
+    kept: bytes = b""
+
+    def hold(self) -> None:
+        self.log.append("hold")
+
+    def end_hold(self) -> None:
+        self.log.append("end_hold")
+
+    def take(self) -> bytes:
+        self.log.append("take")
+        kept, self.kept = self.kept, b""
+        return kept
+
+
+def held_layer(output: Output) -> tuple[EngineClient, dict[int, http.HTTPFlow]]:
+    layer, recorder, flows = opened_layer()
+    held = EngineClient(layer.context, recorder, flows.get, lambda: output)
+    held.exchanges = layer.exchanges
+    return held, flows
+
+
+def test_the_client_output_is_held_while_an_answer_passes_then_sent_in_one_piece() -> None:
+    output = Output()
+    layer, flows = held_layer(output)
+    list(layer.handle_event(RequestHeaders(1, request_on(flows, 1), end_stream=True)))
+    answer = [
+        ResponseHeaders(1, http.Response.make(200, b""), end_stream=False),
+        ResponseData(1, b"body"),
+        ResponseEndOfMessage(1),
+    ]
+    produced = []
+    for command in layer.handle_event(EngineResponse(layer.context.server, 1, answer)):
+        produced.append(command)
+        if isinstance(command, ReceiveHttp):
+            # What the client's layer sends for each event stays with it until the end.
+            output.log.append(f"event {type(command.event).__name__}")
+            output.kept += b"<frames>"
+    assert output.log == [
+        "hold",
+        "event ResponseHeaders",
+        "event ResponseData",
+        "event ResponseEndOfMessage",
+        "end_hold",
+        "take",
+    ]
+    sends = [c for c in produced if isinstance(c, commands.SendData)]
+    assert len(sends) == 1 and produced[-1] is sends[0]
+    assert sends[0].connection is layer.context.client
+    assert sends[0].data == b"<frames>" * 3
+
+
+def test_nothing_is_sent_when_nothing_was_kept_and_an_answer_nobody_wants_holds_nothing() -> None:
+    output = Output()
+    layer, flows = held_layer(output)
+    list(layer.handle_event(RequestHeaders(1, request_on(flows, 1), end_stream=True)))
+    answer = [ResponseHeaders(1, http.Response.make(204, b""), end_stream=True)]
+    produced = list(layer.handle_event(EngineResponse(layer.context.server, 1, answer)))
+    assert not any(isinstance(c, commands.SendData) for c in produced)
+    assert output.log == ["hold", "end_hold", "take"]
+    output.log.clear()
+    list(layer.handle_event(EngineResponse(layer.context.server, 7, answer)))  # no such stream
+    assert output.log == []
+
+
+def test_the_hold_ends_even_when_the_pass_breaks_off() -> None:
+    output = Output()
+    layer, flows = held_layer(output)
+    list(layer.handle_event(RequestHeaders(1, request_on(flows, 1), end_stream=True)))
+    answer = [ResponseData(1, b"a"), ResponseData(1, b"b")]
+    passing = layer.handle_event(EngineResponse(layer.context.server, 1, answer))
+    next(passing)
+    passing.close()  # the pass crashed above the layer
+    assert output.log == ["hold", "end_hold"]  # what was kept waits for the connection's next send
