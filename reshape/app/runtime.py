@@ -63,6 +63,7 @@ from reshape.mitm.connections import (
 )
 from reshape.mitm.patches import Patches
 from reshape.mitm.patches.authority_parse_cache import CacheAuthorityParses
+from reshape.mitm.patches.body_size_check import CheckBodySizesFromHeads
 from reshape.mitm.patches.client_tls_contexts import ReuseClientTlsContexts
 from reshape.mitm.patches.connection_teardown import FinishConnectionTeardown
 from reshape.mitm.patches.context_fork import ForkContextsWithoutAServer
@@ -210,6 +211,7 @@ class ProxyProcess:
                 InlineHooks(),  # hooks in the pass that raised them; one write per pass
                 SkipMessageTypecheck(),
                 ReadOptionsWithoutCopies(),  # option reads: no deep copy of a bool or a str
+                CheckBodySizesFromHeads(),  # body-size checks from the raw head
                 CacheAuthorityParses(),  # Host and :authority parsed once per text
                 ReuseClientTlsContexts(),  # a client's TLS: the host's certificate loaded once
                 ForkContextsWithoutAServer(),  # a request's context without a throwaway server

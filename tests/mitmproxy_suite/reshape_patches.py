@@ -25,6 +25,7 @@ import pytest
 
 from reshape.mitm.patches import Patches
 from reshape.mitm.patches.authority_parse_cache import CacheAuthorityParses
+from reshape.mitm.patches.body_size_check import CheckBodySizesFromHeads
 from reshape.mitm.patches.client_tls_contexts import ReuseClientTlsContexts
 from reshape.mitm.patches.connection_teardown import FinishConnectionTeardown
 from reshape.mitm.patches.context_fork import ForkContextsWithoutAServer
@@ -58,6 +59,7 @@ def reshape_patches() -> Iterator[None]:
             InlineHooks(),
             SkipMessageTypecheck(),
             ReadOptionsWithoutCopies(),
+            CheckBodySizesFromHeads(),
             CacheAuthorityParses(),
             ReuseClientTlsContexts(),
             ForkContextsWithoutAServer(),
