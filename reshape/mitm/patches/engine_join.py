@@ -185,12 +185,17 @@ def _open(
         io.handler.add_done_callback(lambda _: channel.close())
 
 
+def _client_h2(layer: HttpLayer) -> BufferedH2Connection | None:
+    """The h2 connection of the HttpLayer's client, or None for an HTTP/1 client."""
+    h2_conn = getattr(layer.connections.get(layer.context.client), "h2_conn", None)
+    return h2_conn if isinstance(h2_conn, BufferedH2Connection) else None
+
+
 def _client_backlog(layer: HttpLayer, stream_id: int) -> int:
     """Bytes of the stream's response in the HTTP/2 client connection's send buffer
     (mitmproxy's BufferedH2Connection holds what the client's window does not admit yet)."""
-    client_layer = layer.connections.get(layer.context.client)
-    h2_conn = getattr(client_layer, "h2_conn", None)
-    buffers = getattr(h2_conn, "stream_buffers", None)
+    h2_conn = _client_h2(layer)
+    buffers = h2_conn.stream_buffers if h2_conn is not None else None
     if not buffers or stream_id not in buffers:
         return 0
     return sum(len(chunk.data) for chunk in buffers[stream_id])
@@ -200,8 +205,8 @@ def _client_output(layer: HttpLayer) -> HeldHttp2Output | None:
     """The HTTP/2 client connection's output, to hold while an engine answer passes
     (reshape/mitm/patches/h2_held_output.py); None for an HTTP/1 client, whose layer keeps
     nothing back to hold: it sends a response's head and its body as they come."""
-    h2_conn = getattr(layer.connections.get(layer.context.client), "h2_conn", None)
-    return HeldHttp2Output(h2_conn) if isinstance(h2_conn, BufferedH2Connection) else None
+    h2_conn = _client_h2(layer)
+    return HeldHttp2Output(h2_conn) if h2_conn is not None else None
 
 
 def _flow_of(layer: HttpLayer, stream_id: int) -> http.HTTPFlow | None:
