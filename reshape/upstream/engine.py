@@ -27,7 +27,7 @@ from typing import Any, cast
 
 from reshape.upstream.budget import ConnectionBudget, PoolIdentity
 from reshape.upstream.h1 import H1Upstream
-from reshape.upstream.h2 import H2Upstream, check_h2_version
+from reshape.upstream.h2 import H2Upstream, check_hpack_version
 from reshape.upstream.observer import EngineObserver, Labels
 from reshape.upstream.pool import (
     Action,
@@ -257,7 +257,7 @@ class ConnectionRecord:
 
 class Engine:
     def __init__(self, trust_bundle: Path | None, observer: EngineObserver | None = None) -> None:
-        check_h2_version()
+        check_hpack_version()
         self.observer = observer or EngineObserver()
         self.pools: dict[PoolId, HostPool] = {}
         self.connections: dict[tuple[HostPool, int], ConnectionRecord] = {}

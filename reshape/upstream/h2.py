@@ -1,9 +1,9 @@
 """One HTTP/2 connection to an origin, carrying requests from any number of clients at once.
 
-The protocol state is h2's (sans-IO); this module does the I/O around it: one reader task per
-connection dispatches frames to per-stream queues, senders wait for flow-control windows, and
-received data is acknowledged (WINDOW_UPDATE) only when the client side has taken it, so a slow
-client throttles its own stream and nothing else.
+The protocol state is reshape/upstream/http2.py's (sans-IO); this module does the I/O around it:
+one reader task per connection dispatches frames to per-stream queues, senders wait for
+flow-control windows, and received data is acknowledged (WINDOW_UPDATE) only when the client
+side has taken it, so a slow client throttles its own stream and nothing else.
 """
 
 from __future__ import annotations
@@ -15,18 +15,30 @@ import importlib.metadata
 import logging
 import time
 
-import h2.config
-import h2.connection
-import h2.events
-import h2.exceptions
-import h2.settings
-import hyperframe.frame
-from h2.errors import ErrorCodes
 from hpack import NeverIndexedHeaderTuple
 
 from reshape.base.errors import ReshapeError
 from reshape.upstream.hpack_decoder import HeadDecoder
 from reshape.upstream.hpack_encoder import RequestHeadEncoder
+from reshape.upstream.http2 import (
+    CANCEL,
+    NO_ERROR,
+    REFUSED_STREAM,
+    ClientConnection,
+    ConnectionTerminated,
+    DataReceived,
+    Event,
+    InformationalResponse,
+    ProtocolError,
+    ResponseReceived,
+    SettingsChanged,
+    StreamEnded,
+    StreamIdsExhausted,
+    StreamReset,
+    TrailersReceived,
+    WindowUpdated,
+    error_name,
+)
 from reshape.upstream.types import (
     HOP_BY_HOP,
     ConnectionListener,
@@ -53,13 +65,6 @@ DEFAULT_MAX_STREAMS = 100
 # Measured (bench/RESULTS.md, 2026-11-24): a write per request loaded the lab's app page no
 # faster and cost ~3% more CPU per request under a steady load; 1 ms cost as much; 3 ms ~1%.
 COALESCE_SECONDS = 0.003
-
-
-def _error_name(code: int | None) -> str:
-    try:
-        return ErrorCodes(code or 0).name
-    except ValueError:
-        return f"error {code}"
 
 
 class H2Response:
@@ -128,101 +133,25 @@ class H2Response:
             self._readable.set()
 
 
-# The h2 releases `_GoawayTolerantConnection` and `receive_frame_untraced` were read against and
-# tested on: they override private methods, so any other release is refused at start-up
-# (`check_h2_version`); likewise the hpack releases `IndexedHeaderTable`
-# (reshape/upstream/hpack_table.py) extends the table of, `RequestHeadEncoder`
-# (reshape/upstream/hpack_encoder.py) the encoder and `HeadDecoder`
-# (reshape/upstream/hpack_decoder.py) the decoder.
-H2_CHECKED_ON = ("4.3.0",)
+# The hpack releases `IndexedHeaderTable` (reshape/upstream/hpack_table.py) extends the table
+# of, `RequestHeadEncoder` (reshape/upstream/hpack_encoder.py) the encoder and `HeadDecoder`
+# (reshape/upstream/hpack_decoder.py) the decoder: they override private methods, so any other
+# release is refused at start-up (`check_hpack_version`).
 HPACK_CHECKED_ON = ("4.2.0",)
 
 
-class H2VersionError(ReshapeError):
-    """The installed h2 is not one the engine's HTTP/2 connection was checked on."""
+class HpackVersionError(ReshapeError):
+    """The installed hpack is not one the engine's HTTP/2 coders were checked on."""
 
 
-def check_h2_version() -> None:
-    for package, checked_on, recheck in (
-        (
-            "h2",
-            H2_CHECKED_ON,
-            "reshape/upstream/h2.py (_GoawayTolerantConnection, receive_frame_untraced)",
-        ),
-        (
-            "hpack",
-            HPACK_CHECKED_ON,
-            "reshape/upstream/hpack_table.py, hpack_encoder.py, hpack_decoder.py",
-        ),
-    ):
-        version = importlib.metadata.version(package)
-        if version not in checked_on:
-            raise H2VersionError(
-                f"reshape's HTTP/2 upstream connection was checked on {package} "
-                f"{', '.join(checked_on)}, not {version}: pin {package} or re-check {recheck}"
-            )
-
-
-def receive_frame_untraced(
-    self: h2.connection.H2Connection, frame: hyperframe.frame.Frame
-) -> list[h2.events.Event]:
-    """h2 4.3.0's `H2Connection._receive_frame`, but its trace log call's message (the frame's
-    `repr`, made whether anything logs it or not: 1.9% of the pooled proxy's CPU in py-spy's
-    profile of the lab's app page loads, over both ends) is made only for a logger that is not
-    h2's `DummyLogger`, which drops it. The rest is h2's, line for line; see H2_CHECKED_ON."""
-    logger = self.config.logger
-    if type(logger) is not h2.config.DummyLogger:
-        logger.trace("Received frame: %s", repr(frame))
-    events: list[h2.events.Event]
-    try:
-        frames, events = self._frame_dispatch_table[frame.__class__](frame)
-    except h2.exceptions.StreamClosedError as e:
-        # Closed by RST_STREAM: a stream error, answered with RST_STREAM; otherwise raised as a
-        # connection error.
-        if self._stream_is_closed_by_reset(e.stream_id):
-            f = hyperframe.frame.RstStreamFrame(e.stream_id)
-            f.error_code = e.error_code
-            self._prepare_for_sending([f])
-            events = e._events
-        else:
-            raise
-    except h2.exceptions.StreamIDTooLowError as e:
-        # A stream already cleaned up, or closed implicitly by a higher stream ID: a stream
-        # error if it was closed by RST_STREAM, a connection error otherwise.
-        if self._stream_is_closed_by_reset(e.stream_id):
-            f = hyperframe.frame.RstStreamFrame(e.stream_id)
-            f.error_code = ErrorCodes.STREAM_CLOSED
-            self._prepare_for_sending([f])
-            events = []
-        elif self._stream_is_closed_by_end(e.stream_id):
-            raise h2.exceptions.StreamClosedError(e.stream_id) from e
-        else:
-            raise
-    else:
-        self._prepare_for_sending(frames)
-    return events
-
-
-class _GoawayTolerantConnection(h2.connection.H2Connection):
-    """h2 4.3 moves a connection to CLOSED on any GOAWAY it receives, and then refuses the
-    frames of the streams the server is still finishing — RFC 9113 §6.8 says streams up to
-    last_stream_id complete normally. For a graceful GOAWAY (NO_ERROR) this keeps the
-    connection open; H2Upstream opens no new stream once it has seen one. It overrides h2's
-    private `_receive_goaway_frame`: see H2_CHECKED_ON. Its frames are received without the
-    trace log's `repr` (`receive_frame_untraced`)."""
-
-    _receive_frame = receive_frame_untraced
-
-    def _receive_goaway_frame(
-        self, frame: hyperframe.frame.GoAwayFrame
-    ) -> tuple[list[hyperframe.frame.Frame], list[h2.events.Event]]:
-        if frame.error_code != ErrorCodes.NO_ERROR:
-            return super()._receive_goaway_frame(frame)
-        event = h2.events.ConnectionTerminated()
-        event.error_code = ErrorCodes.NO_ERROR
-        event.last_stream_id = frame.last_stream_id
-        event.additional_data = frame.additional_data or None
-        return [], [event]
+def check_hpack_version() -> None:
+    version = importlib.metadata.version("hpack")
+    if version not in HPACK_CHECKED_ON:
+        raise HpackVersionError(
+            f"reshape's HTTP/2 upstream connection was checked on hpack "
+            f"{', '.join(HPACK_CHECKED_ON)}, not {version}: pin hpack or re-check "
+            "reshape/upstream/hpack_table.py, hpack_encoder.py, hpack_decoder.py"
+        )
 
 
 # Kept out of HPACK's dynamic table (RFC 7541 §7.1.3), as h2 and nghttp2 do: the table is shared
@@ -247,7 +176,7 @@ def outbound_fields(fields: Headers) -> list[tuple[bytes, bytes]]:
             continue
         value = value.strip(b" \t")
         if holds_line_break_or_nul(value) or holds_line_break_or_nul(name):
-            raise h2.exceptions.ProtocolError(f"field {name!r} holds a line break or NUL")
+            raise ProtocolError(f"field {name!r} holds a line break or NUL")
         if name in _SECRET or (name == b"cookie" and len(value) < _SHORT_COOKIE):
             ready.append(NeverIndexedHeaderTuple(name, value))
         else:
@@ -255,21 +184,16 @@ def outbound_fields(fields: Headers) -> list[tuple[bytes, bytes]]:
     return ready
 
 
-def origin_connection() -> _GoawayTolerantConnection:
-    """The h2 state of one connection to an origin, as `H2Upstream` uses it."""
-    # Outbound fields are made ready by `outbound_fields` (what h2's own outbound normalisation
-    # and validation would do, in one pass: in the lab's profiles those took as much CPU as the
-    # rest of sending a request's head); inbound ones h2 still checks.
-    config = h2.config.H2Configuration(
-        client_side=True,
-        header_encoding=None,
-        validate_outbound_headers=False,
-        normalize_outbound_headers=False,
+def origin_connection() -> ClientConnection:
+    """The protocol state of one connection to an origin, as `H2Upstream` uses it: reshape's
+    HPACK coders, our windows and stream limit."""
+    return ClientConnection(
+        encoder=RequestHeadEncoder(),
+        decoder=HeadDecoder(),
+        stream_window=STREAM_WINDOW,
+        connection_window=CONNECTION_WINDOW,
+        max_concurrent_streams=1000,
     )
-    connection = _GoawayTolerantConnection(config)
-    connection.encoder = RequestHeadEncoder()
-    connection.decoder = HeadDecoder.replacing(connection.decoder)
-    return connection
 
 
 class H2Upstream:
@@ -295,22 +219,13 @@ class H2Upstream:
         self.first_sent: int | None = None
 
     def start(self) -> None:
-        self.h2.local_settings = h2.settings.Settings(
-            client=True,
-            initial_values={
-                h2.settings.SettingCodes.ENABLE_PUSH: 0,
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1000,
-            },
-        )
-        self.h2.initiate_connection()
-        self.h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
+        self.h2.initiate()
         self._flush()
         self._reader = asyncio.create_task(self._read_loop(), name="h2 upstream reader")
 
     @property
     def max_streams(self) -> int:
-        announced = self.h2.remote_settings.max_concurrent_streams
+        announced = self.h2.remote_max_concurrent_streams
         return DEFAULT_MAX_STREAMS if announced is None or announced > 2**20 else announced
 
     def _flush_soon(self) -> None:
@@ -348,7 +263,14 @@ class H2Upstream:
             # Nothing of it left: whatever its method, it can go on another connection.
             self.listener.unanswered([waiter_id], never_sent=True)
             raise Unanswered("connection closed before the request was sent")
-        stream_id = self.h2.get_next_available_stream_id()
+        try:
+            stream_id = self.h2.next_stream_id()
+        except StreamIdsExhausted:
+            # A connection's last stream: it takes no more, and this request goes elsewhere.
+            self.goaway_received = True
+            self.listener.goaway()
+            self.listener.unanswered([waiter_id], never_sent=True)
+            raise Unanswered("no stream ids left on the connection") from None
         response = H2Response(self, stream_id)
         response.request = request
         self._streams[stream_id] = response
@@ -385,7 +307,7 @@ class H2Upstream:
             # handed over close to it.
             self._flush_soon()
             await response.head
-        except h2.exceptions.ProtocolError as e:
+        except ProtocolError as e:
             if self._forget(stream_id) is not None:
                 self.listener.request_done(waiter_id, True)
             raise UpstreamError(f"HTTP/2 error sending the request: {e}") from None
@@ -397,9 +319,7 @@ class H2Upstream:
     async def _send_body(self, stream_id: int, data: bytes) -> None:
         view = memoryview(data)
         while view:
-            window = min(
-                self.h2.local_flow_control_window(stream_id), self.h2.max_outbound_frame_size
-            )
+            window = self.h2.send_window_of(stream_id)
             if window <= 0:
                 self._flush()
                 self._window_open.clear()
@@ -414,14 +334,12 @@ class H2Upstream:
 
     def _acknowledge(self, stream_id: int, size: int) -> None:
         if size and not self.closed:
-            with contextlib.suppress(h2.exceptions.ProtocolError, h2.exceptions.StreamClosedError):
-                self.h2.acknowledge_received_data(size, stream_id)
+            self.h2.acknowledge_received_data(size, stream_id)
             self._flush()
 
     def _cancel_stream(self, response: H2Response) -> None:
         if response.stream_id in self._streams and not self.closed:
-            with contextlib.suppress(h2.exceptions.ProtocolError, h2.exceptions.StreamClosedError):
-                self.h2.reset_stream(response.stream_id, ErrorCodes.CANCEL)
+            self.h2.reset_stream(response.stream_id, CANCEL)
             self._flush()
         self._stream_finished(response, reusable=True)
 
@@ -453,7 +371,7 @@ class H2Upstream:
                     break
                 try:
                     events = self.h2.receive_data(data)
-                except h2.exceptions.ProtocolError as e:
+                except ProtocolError as e:
                     error = UpstreamError(f"HTTP/2 protocol error from the origin: {e}")
                     self._flush()
                     break
@@ -465,25 +383,20 @@ class H2Upstream:
         finally:
             self._lost(error)
 
-    def _handle(self, event: h2.events.Event) -> None:
-        if isinstance(event, h2.events.ResponseReceived):
+    def _handle(self, event: Event) -> None:
+        if type(event) is ResponseReceived:
             response = self._streams.get(event.stream_id)
             if response is None:
                 return
-            for name, value in event.headers:
-                if name == b":status":
-                    response.status = int(value)
-                elif not name.startswith(b":"):
-                    response.headers.append((name, value))
+            response.status = event.status
+            response.headers = event.headers
             if not response.head.done():
                 response.head.set_result(None)
-        elif isinstance(event, h2.events.InformationalResponseReceived):
+        elif type(event) is InformationalResponse:
             response = self._streams.get(event.stream_id)
             if response is not None and response.request is not None:
-                fields = event.headers or []
-                status = next((int(v) for n, v in fields if n == b":status"), 0)
-                response.request.interim(status, [(n, v) for n, v in fields if n[:1] != b":"])
-        elif isinstance(event, h2.events.DataReceived):
+                response.request.interim(event.status, event.headers)
+        elif type(event) is DataReceived:
             response = self._streams.get(event.stream_id)
             if response is None or not event.data:
                 # Nobody reads it, or nothing to read (an empty DATA frame ending the stream,
@@ -492,21 +405,21 @@ class H2Upstream:
                 return
             response._chunks.append((event.data, event.flow_controlled_length))
             response._wake()
-        elif isinstance(event, h2.events.TrailersReceived):
+        elif type(event) is TrailersReceived:
             response = self._streams.get(event.stream_id)
             if response is not None:
-                response.trailers = [(n, v) for n, v in event.headers if not n.startswith(b":")]
-        elif isinstance(event, h2.events.StreamEnded):
+                response.trailers = event.headers
+        elif type(event) is StreamEnded:
             response = self._streams.get(event.stream_id)
             if response is not None:
                 response._ended = True
                 response._wake()
-        elif isinstance(event, h2.events.StreamReset):
+        elif type(event) is StreamReset:
             response = self._streams.get(event.stream_id)
             if response is not None:
-                refused = event.error_code == ErrorCodes.REFUSED_STREAM and not response.head.done()
+                refused = event.error_code == REFUSED_STREAM and not response.head.done()
                 error = (Unanswered if refused else UpstreamError)(
-                    f"origin reset the stream ({_error_name(event.error_code)})"
+                    f"origin reset the stream ({error_name(event.error_code)})"
                 )
                 response._fail(error)
                 self._acknowledge(event.stream_id, sum(size for _, size in response._chunks))
@@ -518,15 +431,15 @@ class H2Upstream:
                         self.listener.unanswered([waiter_id])
                     else:
                         self.listener.request_done(waiter_id, True)
-        elif isinstance(event, h2.events.WindowUpdated):
+        elif type(event) is WindowUpdated:
             self._window_open.set()
-        elif isinstance(event, h2.events.RemoteSettingsChanged):
+        elif type(event) is SettingsChanged:
             self._window_open.set()
             self.settings_received.set()
-            if h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS in event.changed_settings:
+            if event.max_concurrent_streams_changed:
                 self.listener.max_streams_changed(self.max_streams)
-        elif isinstance(event, h2.events.ConnectionTerminated):
-            self._goaway(event.last_stream_id or 0, event.error_code or 0)
+        elif type(event) is ConnectionTerminated:
+            self._goaway(event.last_stream_id, event.error_code)
 
     def _goaway(self, last_stream_id: int, error_code: int) -> None:
         """Streams above `last_stream_id` were never processed: they go again elsewhere."""
@@ -536,16 +449,16 @@ class H2Upstream:
         waiters = []
         for stream_id in unprocessed:
             response = self._streams[stream_id]
-            response._fail(Unanswered(f"origin sent GOAWAY ({_error_name(error_code)})"))
+            response._fail(Unanswered(f"origin sent GOAWAY ({error_name(error_code)})"))
             waiter_id = self._forget(stream_id)
             if waiter_id is not None:
                 waiters.append(waiter_id)
         if waiters:
             self.listener.unanswered(waiters)
-        if error_code != ErrorCodes.NO_ERROR:
+        if error_code != NO_ERROR:
             # An error GOAWAY: the server is tearing the connection down; do not wait for
             # streams it may never finish.
-            self._lost(UpstreamError(f"origin sent GOAWAY ({_error_name(error_code)})"))
+            self._lost(UpstreamError(f"origin sent GOAWAY ({error_name(error_code)})"))
         elif not self._streams:
             self.close()
 
@@ -576,7 +489,6 @@ class H2Upstream:
     def close(self) -> None:
         """Close once idle (GOAWAY drained, or the pool's idle timeout); reported through `lost`."""
         if not self.closed:
-            with contextlib.suppress(h2.exceptions.ProtocolError):
-                self.h2.close_connection()
+            self.h2.close_connection()
             self._flush()
         self.wire.close()  # the reader sees EOF and reports the loss once

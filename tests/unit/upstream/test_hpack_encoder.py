@@ -21,6 +21,7 @@ from reshape.upstream.hpack_encoder import (
     IndexedEncoder,
     RequestHeadEncoder,
 )
+from reshape.upstream.http2 import ClientConnection
 
 NAMES = [b":path", b":authority", b"accept", b"user-agent", b"x-a", b"x-b", b"cookie", b"referer"]
 BROWSER = [
@@ -203,10 +204,10 @@ def _size_updates(block: bytes) -> list[int]:
 def test_an_origin_changing_its_table_size_twice_keeps_every_request(
     settings: list[int],
 ) -> None:
-    """Through h2 on both ends, as the engine's connections are set up: the origin's SETTINGS
-    twice between two requests, and its decoder still reads every request."""
+    """The engine's connection against h2's server: the origin's SETTINGS twice between two
+    requests, and its decoder still reads every request."""
     client, server = origin_connection(), H2Connection(H2Configuration(client_side=False))
-    client.initiate_connection()
+    client.initiate()
     server.initiate_connection()
     _exchange_bytes(client, server)
     received: list[list[tuple[bytes, bytes]]] = []
@@ -216,7 +217,7 @@ def test_an_origin_changing_its_table_size_twice_keeps_every_request(
                 server.update_settings({SettingCodes.HEADER_TABLE_SIZE: size})
             _exchange_bytes(client, server)
         fields = [*request(path), (b"x-n", b"v" * 150 + b"%d" % n)]
-        client.send_headers(client.get_next_available_stream_id(), fields, end_stream=True)
+        client.send_headers(client.next_stream_id(), fields, end_stream=True)
         for event in server.receive_data(client.data_to_send()):
             if isinstance(event, RequestReceived):
                 received.append([(bytes(k), bytes(v)) for k, v in event.headers])
@@ -224,10 +225,10 @@ def test_an_origin_changing_its_table_size_twice_keeps_every_request(
     assert all(head[-1][1].startswith(b"v" * 150) for head in received)
 
 
-def _exchange_bytes(a: H2Connection, b: H2Connection) -> None:
+def _exchange_bytes(client: ClientConnection, server: H2Connection) -> None:
     for _ in range(3):
-        b.receive_data(a.data_to_send())
-        a.receive_data(b.data_to_send())
+        server.receive_data(client.data_to_send())
+        client.receive_data(server.data_to_send())
 
 
 RESPONSE_NAMES = [b"server", b"date", b"content-type", b"content-length", b"etag", b"set-cookie"]

@@ -1,5 +1,5 @@
-"""reshape/upstream/h2.py `receive_frame_untraced`: h2's frame handling, the same events and
-frames out, without the trace message unless a logger would write it."""
+"""reshape/mitm/patches/h2_frame_trace.py `receive_frame_untraced`: h2's frame handling, the
+same events and frames out, without the trace message unless a logger would write it."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from h2.errors import ErrorCodes
 from hyperframe.frame import DataFrame, Frame, HeadersFrame
 
 from reshape.mitm.patches import Patches
-from reshape.mitm.patches.h2_frame_trace import ReceiveFramesUntraced
-from reshape.upstream.h2 import receive_frame_untraced
+from reshape.mitm.patches.h2_frame_trace import ReceiveFramesUntraced, receive_frame_untraced
 
 
 class Untraced(h2.connection.H2Connection):
@@ -118,4 +117,18 @@ def test_the_patch_puts_it_on_mitmproxys_connections() -> None:
     original = BufferedH2Connection._receive_frame
     with Patches([ReceiveFramesUntraced()]):
         assert BufferedH2Connection._receive_frame is receive_frame_untraced
+    assert BufferedH2Connection._receive_frame is original
+
+
+def test_an_h2_release_it_was_not_checked_on_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+
+    from mitmproxy.proxy.layers.http._http_h2 import BufferedH2Connection
+
+    from reshape.mitm.patches import PatchError
+
+    original = BufferedH2Connection._receive_frame
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "9.9.9")
+    with pytest.raises(PatchError, match="checked on h2 4.3.0, not 9.9.9"):
+        ReceiveFramesUntraced().install()
     assert BufferedH2Connection._receive_frame is original

@@ -1,0 +1,540 @@
+"""reshape/upstream/http2.py: the engine's HTTP/2 client codec, against h2's server end (a peer
+that speaks the protocol right) and against frames made by hand (an origin that does not)."""
+
+from __future__ import annotations
+
+import struct
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.settings
+import pytest
+from hpack import Encoder
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reshape.upstream.h2 import origin_connection
+from reshape.upstream.hpack_decoder import HeadDecoder
+from reshape.upstream.hpack_encoder import RequestHeadEncoder
+from reshape.upstream.http2 import (
+    CANCEL,
+    COMPRESSION_ERROR,
+    FLOW_CONTROL_ERROR,
+    FRAME_SIZE_ERROR,
+    PROTOCOL_ERROR,
+    STREAM_CLOSED,
+    ClientConnection,
+    ConnectionTerminated,
+    DataReceived,
+    InformationalResponse,
+    ProtocolError,
+    ResponseReceived,
+    SettingsChanged,
+    StreamEnded,
+    StreamIdsExhausted,
+    StreamReset,
+    TrailersReceived,
+    WindowUpdated,
+)
+
+HEAD = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", b"a.test"), (b":path", b"/")]
+POST = [(b":method", b"POST"), *HEAD[1:]]
+
+
+def server_end(**settings: int) -> h2.connection.H2Connection:
+    server = h2.connection.H2Connection(
+        h2.config.H2Configuration(client_side=False, header_encoding=None)
+    )
+    server.initiate_connection()
+    if settings:
+        server.update_settings(
+            {getattr(h2.settings.SettingCodes, k): v for k, v in settings.items()}
+        )
+    return server
+
+
+def pump(client: ClientConnection, server: h2.connection.H2Connection) -> tuple[list, list]:
+    """Bytes both ways until neither has any: (the client's events, the server's)."""
+    client_events: list = []
+    server_events: list = []
+    for _ in range(10):
+        out = client.data_to_send()
+        if out:
+            server_events += server.receive_data(out)
+        back = server.data_to_send()
+        if back:
+            client_events += client.receive_data(back)
+        if not out and not back:
+            break
+    return client_events, server_events
+
+
+def connected(**settings: int) -> tuple[ClientConnection, h2.connection.H2Connection]:
+    client = origin_connection()
+    client.initiate()
+    server = server_end(**settings)
+    events, _ = pump(client, server)
+    assert any(type(e) is SettingsChanged for e in events)
+    return client, server
+
+
+def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
+    return struct.pack(">I B I", len(payload) << 8 | kind, flags, stream_id) + payload
+
+
+def block(fields: list[tuple[bytes, bytes]]) -> bytes:
+    return Encoder().encode(fields)
+
+
+def raw_client() -> ClientConnection:
+    """A client that has received an empty SETTINGS, for frames made by hand (each test's
+    header blocks come from a fresh encoder: no dynamic table is shared)."""
+    client = ClientConnection(encoder=RequestHeadEncoder(), decoder=HeadDecoder())
+    client.initiate()
+    assert client.receive_data(frame(4, 0, 0)) == [SettingsChanged(False)]
+    client.data_to_send()
+    return client
+
+
+def goaway_code(data: bytes) -> int:
+    at = 0
+    while at + 9 <= len(data):
+        length_kind, _, _ = struct.unpack_from(">I B I", data, at)
+        length, kind = length_kind >> 8, length_kind & 0xFF
+        if kind == 7:
+            return struct.unpack_from(">II", data, at + 9)[1]
+        at += 9 + length
+    raise AssertionError("no GOAWAY")
+
+
+def test_a_request_and_its_response() -> None:
+    client, server = connected()
+    stream_id = client.next_stream_id()
+    assert stream_id == 1
+    client.send_headers(stream_id, [*HEAD, (b"accept", b"*/*")], end_stream=True)
+    _, server_events = pump(client, server)
+    (request,) = [e for e in server_events if isinstance(e, h2.events.RequestReceived)]
+    assert request.headers == [*HEAD, (b"accept", b"*/*")]
+    assert request.stream_ended is not None
+    server.send_headers(1, [(b":status", b"200"), (b"content-length", b"5"), (b"x-a", b"b")])
+    server.send_data(1, b"hello", end_stream=True)
+    events, _ = pump(client, server)
+    assert events == [
+        ResponseReceived(1, 200, [(b"content-length", b"5"), (b"x-a", b"b")], False),
+        DataReceived(1, b"hello", 5),
+        StreamEnded(1),
+    ]
+    assert client.open_streams == 0
+    assert client.next_stream_id() == 3
+
+
+def test_a_body_waits_for_the_origins_windows() -> None:
+    client, server = connected(INITIAL_WINDOW_SIZE=10)
+    client.send_headers(1, POST, end_stream=False)
+    assert client.send_window_of(1) == 10
+    with pytest.raises(ProtocolError):
+        client.send_data(1, b"x" * 11)
+    client.send_data(1, b"x" * 10)
+    assert client.send_window_of(1) == 0
+    _, server_events = pump(client, server)
+    (data,) = [e for e in server_events if isinstance(e, h2.events.DataReceived)]
+    server.acknowledge_received_data(10, 1)
+    server.increment_flow_control_window(100, stream_id=1)
+    events, _ = pump(client, server)
+    assert WindowUpdated(1) in events
+    assert client.send_window_of(1) == 110
+    client.send_data(1, b"y" * 5)
+    client.end_stream(1)
+    _, server_events = pump(client, server)
+    assert [e.data for e in server_events if isinstance(e, h2.events.DataReceived) and e.data] == [
+        b"y" * 5
+    ]
+    assert any(isinstance(e, h2.events.StreamEnded) for e in server_events)
+
+
+def test_the_origins_initial_window_changes_open_streams() -> None:
+    client, server = connected()
+    client.send_headers(1, POST, end_stream=False)
+    pump(client, server)
+    assert client.send_window_of(1) == 16_384  # the frame size bounds it
+    server.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 100})
+    pump(client, server)
+    assert client.send_window_of(1) == 100
+
+
+def test_a_large_head_goes_in_continuation_frames() -> None:
+    client, server = connected()
+    big = [(b"x-big-%d" % n, b"v" * 1000) for n in range(40)]
+    client.send_headers(1, [*HEAD, *big], end_stream=True)
+    out = client.data_to_send()
+    assert out.count(b"\x09\x00\x00\x00\x00\x01") or len(out) > 16_384  # CONTINUATION type
+    events = server.receive_data(out)
+    (request,) = [e for e in events if isinstance(e, h2.events.RequestReceived)]
+    assert request.headers == [*HEAD, *big]
+
+
+def test_trailers_both_ways() -> None:
+    client, server = connected()
+    client.send_headers(1, POST, end_stream=False)
+    client.send_data(1, b"body")
+    client.send_headers(1, [(b"x-checksum", b"1")], end_stream=True)
+    _, server_events = pump(client, server)
+    (trailers,) = [e for e in server_events if isinstance(e, h2.events.TrailersReceived)]
+    assert trailers.headers == [(b"x-checksum", b"1")]
+    server.send_headers(1, [(b":status", b"200")])
+    server.send_data(1, b"ok")
+    server.send_headers(1, [(b"grpc-status", b"0")], end_stream=True)
+    events, _ = pump(client, server)
+    assert events == [
+        ResponseReceived(1, 200, [], False),
+        DataReceived(1, b"ok", 2),
+        TrailersReceived(1, [(b"grpc-status", b"0")]),
+        StreamEnded(1),
+    ]
+
+
+def test_an_informational_response_comes_before_the_final_one() -> None:
+    client, server = connected()
+    client.send_headers(1, HEAD, end_stream=True)
+    pump(client, server)
+    server.send_headers(1, [(b":status", b"103"), (b"link", b"</a.css>; rel=preload")])
+    server.send_headers(1, [(b":status", b"204")], end_stream=True)
+    events, _ = pump(client, server)
+    assert events == [
+        InformationalResponse(1, 103, [(b"link", b"</a.css>; rel=preload")]),
+        ResponseReceived(1, 204, [], True),
+        StreamEnded(1),
+    ]
+
+
+def test_data_taken_is_given_back_once_half_a_window_is() -> None:
+    client = ClientConnection(
+        encoder=RequestHeadEncoder(), decoder=HeadDecoder(), stream_window=1000
+    )
+    client.initiate()
+    server = server_end()
+    pump(client, server)
+    client.send_headers(1, HEAD, end_stream=True)
+    pump(client, server)
+    server.send_headers(1, [(b":status", b"200")])
+    server.send_data(1, b"x" * 400)
+    events, _ = pump(client, server)
+    assert server.local_flow_control_window(1) == 600
+    client.acknowledge_received_data(400, 1)
+    assert client.data_to_send() == b""  # less than half of the stream's window
+    server.send_data(1, b"x" * 200)
+    pump(client, server)
+    client.acknowledge_received_data(200, 1)
+    pump(client, server)
+    assert server.local_flow_control_window(1) == 1000
+
+
+def test_ping_settings_and_goaway() -> None:
+    client, server = connected()
+    server.ping(b"12345678")
+    server.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 7})
+    events, server_events = pump(client, server)
+    assert any(isinstance(e, h2.events.PingAckReceived) for e in server_events)
+    assert SettingsChanged(True) in events
+    assert client.remote_max_concurrent_streams == 7
+    client.send_headers(1, HEAD, end_stream=True)
+    pump(client, server)
+    server.close_connection(last_stream_id=1)
+    events, _ = pump(client, server)
+    assert events == [ConnectionTerminated(0, 1, b"")]
+
+
+def test_a_table_size_the_origin_sets_is_told_to_its_decoder() -> None:
+    client, server = connected(HEADER_TABLE_SIZE=0)
+    for stream_id in (1, 3):
+        client.send_headers(stream_id, [*HEAD, (b"x-repeated", b"v" * 50)], end_stream=True)
+        _, server_events = pump(client, server)
+        assert [e for e in server_events if isinstance(e, h2.events.RequestReceived)]
+    assert client.encoder.header_table_size == 0
+
+
+def test_the_origins_stream_limit_is_kept() -> None:
+    client, server = connected(MAX_CONCURRENT_STREAMS=1)
+    client.send_headers(1, HEAD, end_stream=True)
+    with pytest.raises(ProtocolError, match="at most 1 streams"):
+        client.send_headers(3, HEAD, end_stream=True)
+
+
+def test_stream_ids_run_out() -> None:
+    client, _ = connected()
+    client._next_stream_id = 2**31 + 1
+    with pytest.raises(StreamIdsExhausted):
+        client.next_stream_id()
+
+
+def test_a_reset_from_the_origin_and_its_late_frames() -> None:
+    client = raw_client()
+    client.send_headers(1, HEAD, end_stream=True)
+    events = client.receive_data(frame(3, 0, 1, struct.pack(">I", 7)))
+    assert events == [StreamReset(1, 7)]
+    assert client.open_streams == 0
+    # A late DATA frame is dropped; its bytes still count against the connection's window
+    # and are given back.
+    window = client.receive_window
+    assert client.receive_data(frame(0, 0, 1, b"x" * 100)) == []
+    assert client.receive_window == window - 100
+    client.data_to_send()
+
+
+def test_a_stream_this_side_resets_drops_what_follows() -> None:
+    client = raw_client()
+    client.send_headers(1, HEAD, end_stream=True)
+    client.reset_stream(1, CANCEL)
+    out = client.data_to_send()
+    assert frame(3, 0, 1, struct.pack(">I", CANCEL)) in out
+    response = frame(1, 0x4, 1, block([(b":status", b"200")]))
+    assert client.receive_data(response + frame(0, 1, 1, b"late")) == []
+    client.reset_stream(1)  # already gone: nothing more
+    assert b"\x03\x00\x00\x00\x00\x01" not in client.data_to_send()
+
+
+def test_padding_is_taken_off_and_counted() -> None:
+    client = raw_client()
+    client.send_headers(1, HEAD, end_stream=True)
+    head = frame(1, 0x4 | 0x8, 1, b"\x02" + block([(b":status", b"200")]) + b"\x00\x00")
+    data = frame(0, 0x1 | 0x8, 1, b"\x03abc\x00\x00\x00")
+    assert client.receive_data(head + data) == [
+        ResponseReceived(1, 200, [], False),
+        DataReceived(1, b"abc", 7),
+        StreamEnded(1),
+    ]
+
+
+def test_bytes_in_any_pieces_give_the_same_events() -> None:
+    client = raw_client()
+    client.send_headers(1, HEAD, end_stream=True)
+    data = (
+        frame(1, 0x4, 1, block([(b":status", b"200"), (b"content-length", b"3")]))
+        + frame(6, 0, 0, b"abcdefgh")
+        + frame(0, 0x1, 1, b"abc")
+    )
+    events = []
+    for at in range(len(data)):
+        events += client.receive_data(data[at : at + 1])
+    assert events == [
+        ResponseReceived(1, 200, [(b"content-length", b"3")], False),
+        DataReceived(1, b"abc", 3),
+        StreamEnded(1),
+    ]
+    assert frame(6, 1, 0, b"abcdefgh") in client.data_to_send()  # the PING's ACK
+
+
+def test_a_response_to_head_has_no_body_whatever_its_length() -> None:
+    client = raw_client()
+    client.send_headers(1, [(b":method", b"HEAD"), *HEAD[1:]], end_stream=True)
+    head = frame(1, 0x4 | 0x1, 1, block([(b":status", b"200"), (b"content-length", b"99")]))
+    assert client.receive_data(head) == [
+        ResponseReceived(1, 200, [(b"content-length", b"99")], True),
+        StreamEnded(1),
+    ]
+
+
+def test_a_header_block_may_be_split_by_the_origin() -> None:
+    client = raw_client()
+    client.send_headers(1, HEAD, end_stream=True)
+    whole = block([(b":status", b"200"), (b"x-long", b"y" * 100)])
+    data = (
+        frame(1, 0x1, 1, whole[:10]) + frame(9, 0, 1, whole[10:50]) + frame(9, 0x4, 1, whole[50:])
+    )
+    assert client.receive_data(data) == [
+        ResponseReceived(1, 200, [(b"x-long", b"y" * 100)], True),
+        StreamEnded(1),
+    ]
+
+
+def _head(fields: list[tuple[bytes, bytes]], flags: int = 0x4) -> bytes:
+    return frame(1, flags, 1, block(fields))
+
+
+BAD = {
+    "first frame not SETTINGS": (frame(6, 0, 0, b"12345678"), PROTOCOL_ERROR, False),
+    "frame too large": (frame(0, 0, 1, b"x" * 16_385), FRAME_SIZE_ERROR, True),
+    "DATA on a stream never opened": (frame(0, 0, 5, b"x"), PROTOCOL_ERROR, True),
+    "DATA on an even stream": (frame(0, 0, 2, b"x"), PROTOCOL_ERROR, True),
+    "DATA before the head": (frame(0, 0, 1, b"x"), PROTOCOL_ERROR, True),
+    "body short of its length": (
+        _head([(b":status", b"200"), (b"content-length", b"5")]) + frame(0, 1, 1, b"abc"),
+        PROTOCOL_ERROR,
+        True,
+    ),
+    "body beyond its length": (
+        _head([(b":status", b"200"), (b"content-length", b"1")]) + frame(0, 0, 1, b"abc"),
+        PROTOCOL_ERROR,
+        True,
+    ),
+    "two different lengths": (
+        _head([(b":status", b"200"), (b"content-length", b"1"), (b"content-length", b"2")]),
+        PROTOCOL_ERROR,
+        True,
+    ),
+    "a length not a number": (
+        _head([(b":status", b"200"), (b"content-length", b"-1")]),
+        PROTOCOL_ERROR,
+        True,
+    ),
+    "no :status": (_head([(b"x-a", b"b")]), PROTOCOL_ERROR, True),
+    "a bad :status": (_head([(b":status", b"20x")]), PROTOCOL_ERROR, True),
+    "a request pseudo-field": (
+        _head([(b":status", b"200"), (b":path", b"/")]),
+        PROTOCOL_ERROR,
+        True,
+    ),
+    "an upper-case name": (_head([(b":status", b"200"), (b"X-A", b"b")]), PROTOCOL_ERROR, True),
+    "a connection field": (
+        _head([(b":status", b"200"), (b"connection", b"close")]),
+        PROTOCOL_ERROR,
+        True,
+    ),
+    "transfer-encoding": (
+        _head([(b":status", b"200"), (b"transfer-encoding", b"chunked")]),
+        PROTOCOL_ERROR,
+        True,
+    ),
+    "a value with a line break": (
+        _head([(b":status", b"200"), (b"x-a", b"b\r\nx-b: c")]),
+        PROTOCOL_ERROR,
+        True,
+    ),
+    "a value with surrounding space": (
+        _head([(b":status", b"200"), (b"x-a", b" b")]),
+        PROTOCOL_ERROR,
+        True,
+    ),
+    "101": (_head([(b":status", b"101")]), PROTOCOL_ERROR, True),
+    "a 1xx ending the stream": (_head([(b":status", b"103")], 0x5), PROTOCOL_ERROR, True),
+    "trailers not ending the stream": (
+        _head([(b":status", b"200")]) + _head([(b"x-t", b"1")]),
+        PROTOCOL_ERROR,
+        True,
+    ),
+    "a pseudo-field in trailers": (
+        _head([(b":status", b"200")]) + frame(1, 0x5, 1, block([(b":status", b"200")])),
+        PROTOCOL_ERROR,
+        True,
+    ),
+    "HEADERS after the stream ended": (
+        _head([(b":status", b"200")], 0x5) + _head([(b":status", b"200")], 0x5),
+        STREAM_CLOSED,
+        True,
+    ),
+    "DATA beyond the stream's window": (
+        _head([(b":status", b"200")]) + frame(0, 0, 1, b"x" * 16_384) * 5,
+        FLOW_CONTROL_ERROR,
+        "small window",
+    ),
+    "an interrupted header block": (
+        frame(1, 0, 1, block([(b":status", b"200")])) + frame(6, 0, 0, b"12345678"),
+        PROTOCOL_ERROR,
+        True,
+    ),
+    "CONTINUATION alone": (frame(9, 0x4, 1, b""), PROTOCOL_ERROR, True),
+    "PUSH_PROMISE": (frame(5, 0x4, 1, b"\x00\x00\x00\x02"), PROTOCOL_ERROR, True),
+    "push enabled": (frame(4, 0, 0, struct.pack(">HI", 2, 1)), PROTOCOL_ERROR, True),
+    "a frame size below the least": (
+        frame(4, 0, 0, struct.pack(">HI", 5, 100)),
+        PROTOCOL_ERROR,
+        True,
+    ),
+    "SETTINGS of a bad length": (frame(4, 0, 0, b"\x00\x01\x00"), FRAME_SIZE_ERROR, True),
+    "a window above 2^31-1": (
+        frame(8, 0, 0, struct.pack(">I", 2**31 - 1)),
+        FLOW_CONTROL_ERROR,
+        True,
+    ),
+    "a WINDOW_UPDATE of 0": (frame(8, 0, 0, struct.pack(">I", 0)), PROTOCOL_ERROR, True),
+    "a PING of 7 bytes": (frame(6, 0, 0, b"1234567"), FRAME_SIZE_ERROR, True),
+    "RST_STREAM on stream 0": (frame(3, 0, 0, b"\x00\x00\x00\x00"), PROTOCOL_ERROR, True),
+    "RST_STREAM on a stream never opened": (
+        frame(3, 0, 9, b"\x00\x00\x00\x00"),
+        PROTOCOL_ERROR,
+        True,
+    ),
+    "a block HPACK cannot decode": (
+        frame(1, 0x4, 1, b"\xff\xff\xff\xff\x7f"),
+        COMPRESSION_ERROR,
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_what_an_origin_may_not_send_closes_the_connection(case: str) -> None:
+    data, code, ready = BAD[case]
+    if ready == "small window":
+        client = ClientConnection(
+            encoder=RequestHeadEncoder(), decoder=HeadDecoder(), stream_window=20_000
+        )
+        client.initiate()
+        client.receive_data(frame(4, 0, 0))
+        client.data_to_send()
+    elif ready:
+        client = raw_client()
+    else:
+        client = ClientConnection(encoder=RequestHeadEncoder(), decoder=HeadDecoder())
+        client.initiate()
+        client.data_to_send()
+    client.send_headers(1, HEAD, end_stream=True)
+    client.data_to_send()
+    with pytest.raises(ProtocolError) as caught:
+        client.receive_data(data)
+    assert caught.value.error_code == code
+    assert goaway_code(client.data_to_send()) == code
+
+
+def test_unknown_frames_and_priority_are_ignored() -> None:
+    client = raw_client()
+    client.send_headers(1, HEAD, end_stream=True)
+    data = frame(0xFA, 0, 1, b"whatever") + frame(2, 0, 1, b"\x00\x00\x00\x00\x10")
+    assert client.receive_data(data) == []
+
+
+def _frames() -> st.SearchStrategy[bytes]:
+    """Frames of every type with arbitrary flags and payloads, on the streams a client has open
+    or not, some with valid header blocks: what a broken or hostile origin might send."""
+    blocks = st.sampled_from(
+        [
+            block([(b":status", b"200")]),
+            block([(b":status", b"200"), (b"content-length", b"3")]),
+            block([(b":status", b"103"), (b"link", b"</a>")]),
+            block([(b"x-trailer", b"1")]),
+            b"",
+        ]
+    )
+    payloads = st.one_of(st.binary(max_size=40), blocks)
+    return st.builds(
+        frame,
+        st.integers(0, 11),
+        st.integers(0, 255),
+        st.sampled_from([0, 1, 2, 3, 5, 2**31 - 1]),
+        payloads,
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    frames=st.lists(_frames(), max_size=12),
+    cut=st.integers(0, 64),
+    garbage=st.binary(max_size=32),
+)
+def test_anything_an_origin_sends_gives_events_or_a_protocol_error(
+    frames: list[bytes], cut: int, garbage: bytes
+) -> None:
+    """Never another exception, whatever comes and however it is cut into reads."""
+    client = raw_client()
+    client.send_headers(1, HEAD, end_stream=True)
+    client.send_headers(3, POST, end_stream=False)
+    data = b"".join(frames) + garbage
+    try:
+        for at in range(0, len(data), cut or len(data) or 1):
+            client.receive_data(data[at : at + (cut or len(data))])
+    except ProtocolError as e:
+        assert goaway_code(client.data_to_send()) == e.error_code
+    else:
+        client.data_to_send()
+        assert client.open_streams <= 2
