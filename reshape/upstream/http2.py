@@ -598,8 +598,10 @@ class ClientConnection:
             events.append(InformationalResponse(stream_id, status, headers))
             return
         stream.head_received = True
-        if stream.head_request or status == 304:
-            stream.expected_length = None
+        if stream.head_request:
+            stream.expected_length = 0  # whatever its content-length says (RFC 9110 §9.3.2)
+        elif status == 304:
+            stream.expected_length = None  # its content-length is the unsent representation's
         else:
             for name, field_value in headers:
                 if name == b"content-length":

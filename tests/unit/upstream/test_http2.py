@@ -348,6 +348,24 @@ def test_a_header_block_may_be_split_by_the_origin() -> None:
     ]
 
 
+def test_a_body_on_a_response_to_head_closes_the_connection() -> None:
+    client = raw_client()
+    client.send_headers(1, [(b":method", b"HEAD"), *HEAD[1:]], end_stream=True)
+    head = frame(1, 0x4, 1, block([(b":status", b"200"), (b"content-length", b"3")]))
+    with pytest.raises(ProtocolError, match="more body than its content-length of 0"):
+        client.receive_data(head + frame(0, 0x1, 1, b"abc"))
+
+
+def test_a_304_may_announce_a_length_it_does_not_send() -> None:
+    client = raw_client()
+    client.send_headers(1, HEAD[:3] + [(b":path", b"/cached")], end_stream=True)
+    head = frame(1, 0x5, 1, block([(b":status", b"304"), (b"content-length", b"1234")]))
+    assert client.receive_data(head) == [
+        ResponseReceived(1, 304, [(b"content-length", b"1234")], True),
+        StreamEnded(1),
+    ]
+
+
 def _head(fields: list[tuple[bytes, bytes]], flags: int = 0x4) -> bytes:
     return frame(1, flags, 1, block(fields))
 
