@@ -22,7 +22,7 @@ here: frames on a stream this side has reset are dropped (their flow-control byt
 as RFC 9113 §5.4.2 allows.
 
 What the engine sends is checked less: the caller gives fields ready to encode
-(reshape/upstream/h2.py `outbound_fields`) and sends no more DATA than `send_window` allows.
+(reshape/upstream/h2.py `outbound_fields`) and sends no more DATA than `send_window_of` allows.
 """
 
 from __future__ import annotations
