@@ -160,3 +160,37 @@ def test_a_long_burst_starts_leaving_before_the_proxy_is_through_it(clock: Clock
 def test_a_lone_request_leaves_when_the_turn_ends(clock: Clock) -> None:
     _, after_it = burst(clock, 1, 0.0)  # no time passes: no timer holds it
     assert after_it == [0, 1]
+
+
+class Recorded(Books):
+    """The pool's side, keeping what the connection told it."""
+
+    def __init__(self) -> None:
+        self.told: list[object] = []
+
+    def unanswered(self, waiter_ids: list[int], *, never_sent: bool = False) -> None:
+        self.told.append(("unanswered", waiter_ids, never_sent))
+
+    def goaway(self) -> None:
+        self.told.append("goaway")
+
+
+def test_a_connection_out_of_stream_ids_sends_the_request_elsewhere() -> None:
+    from reshape.upstream.types import Unanswered
+
+    async def scenario() -> tuple[list[object], bool]:
+        transport = KeptWrites()
+        wire = Wire(tls=None)
+        wire.connection_made(transport)  # type: ignore[arg-type]
+        books = Recorded()
+        upstream = H2Upstream(wire, books)
+        upstream.start()
+        upstream.h2._next_stream_id = 2**31 + 1  # every id used
+        with pytest.raises(Unanswered, match="no stream ids left"):
+            await upstream.exchange(7, request(7))
+        upstream.close()
+        return books.told, upstream.goaway_received
+
+    told, draining = asyncio.run(scenario())
+    assert told == ["goaway", ("unanswered", [7], True)]  # never sent: may go anywhere
+    assert draining
