@@ -2,13 +2,15 @@
 
 A patch replaces attributes of mitmproxy's modules and classes (methods, module globals) with its
 own and can put the originals back. It refuses to install on a mitmproxy version it was not
-checked on: a silently wrong patch would corrupt traffic, a refusal is one line at start-up.
+checked on, or on a release of another library it replaces the internals of (h2) that it was
+not checked on: a silently wrong patch would corrupt traffic, a refusal is one line at start-up.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Sequence
-from typing import Any
+import importlib.metadata
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from typing import Any, ClassVar
 
 import mitmproxy.version
 
@@ -30,6 +32,8 @@ class Patch:
     `replacements()`, which runs at install time (so wrappers wrap what is there then)."""
 
     checked_on: Sequence[str] = CHECKED_ON
+    # Other libraries whose internals the patch replaces: package → releases it was checked on.
+    libraries_checked_on: ClassVar[Mapping[str, Sequence[str]]] = {}
 
     def __init__(self) -> None:
         self._saved: list[tuple[Any, str, bool, Any]] | None = None
@@ -52,6 +56,13 @@ class Patch:
                 f"patch {self.name} was checked on mitmproxy {', '.join(self.checked_on)}, "
                 f"not {version}: pin mitmproxy or re-check the patch"
             )
+        for package, releases in self.libraries_checked_on.items():
+            version = importlib.metadata.version(package)
+            if version not in releases:
+                raise PatchError(
+                    f"patch {self.name} was checked on {package} {', '.join(releases)}, "
+                    f"not {version}: pin {package} or re-check the patch"
+                )
         if self._saved is not None:
             raise PatchError(f"patch {self.name} is already installed")
         saved = []

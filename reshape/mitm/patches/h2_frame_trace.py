@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Iterable
 
 import h2.config
@@ -13,7 +12,7 @@ import hyperframe.frame
 from h2.errors import ErrorCodes
 from mitmproxy.proxy.layers.http import _http_h2
 
-from reshape.mitm.patches.base import Patch, PatchError, Replacement
+from reshape.mitm.patches.base import Patch, Replacement
 
 # The h2 releases `receive_frame_untraced` was read against and tested on: it is h2's private
 # `H2Connection._receive_frame`, so the patch refuses any other release.
@@ -73,14 +72,7 @@ class ReceiveFramesUntraced(Patch):
     releases other than H2_CHECKED_ON.
     """
 
-    def install(self) -> None:
-        version = importlib.metadata.version("h2")
-        if version not in H2_CHECKED_ON:
-            raise PatchError(
-                f"patch {self.name} was checked on h2 {', '.join(H2_CHECKED_ON)}, "
-                f"not {version}: pin h2 or re-check the patch"
-            )
-        super().install()
+    libraries_checked_on = {"h2": H2_CHECKED_ON}
 
     def replacements(self) -> Iterable[Replacement]:
         yield _http_h2.BufferedH2Connection, "_receive_frame", receive_frame_untraced

@@ -21,7 +21,6 @@ compares the two on generated blocks) — and returns the same field objects, in
 
 from __future__ import annotations
 
-import importlib.metadata
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -30,7 +29,7 @@ import h2.stream
 import h2.utilities
 from h2.exceptions import ProtocolError
 
-from reshape.mitm.patches.base import Patch, PatchError, Replacement
+from reshape.mitm.patches.base import Patch, Replacement
 from reshape.upstream.types import holds_line_break_or_nul
 
 # The h2 releases whose `validate_headers` this was read against.
@@ -117,14 +116,7 @@ def validate_headers(
 class ValidateH2HeadersInOnePass(Patch):
     """Replace the `validate_headers` h2's streams call (see the module docstring)."""
 
-    def install(self) -> None:
-        version = importlib.metadata.version("h2")
-        if version not in H2_CHECKED_ON:
-            raise PatchError(
-                f"patch {self.name} was checked on h2 {', '.join(H2_CHECKED_ON)}, "
-                f"not {version}: pin h2 or re-check the patch"
-            )
-        super().install()
+    libraries_checked_on = {"h2": H2_CHECKED_ON}
 
     def replacements(self) -> Iterable[Replacement]:
         yield h2.stream, "validate_headers", validate_headers

@@ -86,3 +86,22 @@ def test_an_unchecked_mitmproxy_version_is_refused_in_one_line(
     assert "\n" not in message
     assert "Shout" in message and "12.2.3" in message and "13.0.0" in message
     assert Target().greet() == "hello"
+
+
+class ShoutOnH2(Shout):
+    libraries_checked_on = {"h2": ("4.3.0",)}
+
+
+def test_an_unchecked_release_of_another_library_is_refused_and_changes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.metadata
+
+    patch = ShoutOnH2()
+    patch.install()  # the pinned h2 passes
+    assert Target().greet() == "HELLO"
+    patch.uninstall()
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "9.9.9")
+    with pytest.raises(PatchError, match="checked on h2 4.3.0, not 9.9.9: pin h2"):
+        ShoutOnH2().install()
+    assert Target().greet() == "hello"
