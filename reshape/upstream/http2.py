@@ -350,9 +350,7 @@ class ClientConnection:
         if stream is None:
             return
         self._frame(RST_STREAM, 0, stream_id, _U32.pack(error_code))
-        self._reset[stream_id] = None
-        if len(self._reset) > RESET_MEMORY:
-            self._reset.popitem(last=False)
+        self._remember_reset(stream_id)
 
     def acknowledge_received_data(self, size: int, stream_id: int) -> None:
         """`size` bytes of DATA were taken by the reader: give the windows back, in
@@ -393,6 +391,12 @@ class ClientConnection:
         self._out.append(_FRAME_HEAD.pack(len(payload) << 8 | kind, flags, stream_id))
         if payload:
             self._out.append(bytes(payload))
+
+    def _remember_reset(self, stream_id: int) -> None:
+        """The stream's late frames are dropped from now on (the last RESET_MEMORY such)."""
+        self._reset[stream_id] = None
+        if len(self._reset) > RESET_MEMORY:
+            self._reset.popitem(last=False)
 
     def _window_update(self, stream_id: int, increment: int) -> None:
         self._frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(increment))
@@ -687,9 +691,7 @@ class ClientConnection:
             if stream_id >= self._next_stream_id or stream_id % 2 == 0:
                 raise ProtocolError(f"RST_STREAM on stream {stream_id}, never opened")
             return  # ended or reset already
-        self._reset[stream_id] = None
-        if len(self._reset) > RESET_MEMORY:
-            self._reset.popitem(last=False)
+        self._remember_reset(stream_id)
         events.append(StreamReset(stream_id, _U32.unpack(payload)[0]))
 
 
