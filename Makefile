@@ -60,6 +60,7 @@ unit: $(VENV)/.test-installed
 
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check reshape labkit tests bench
+	$(BIN)/ruff format --check reshape labkit tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports  # the architecture's import rules (.importlinter, docs/architecture.md)
 	$(BIN)/pylint bench labkit tests

@@ -35,9 +35,7 @@ def start_reshape(
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """A failed test that ran proxies shows the end of their logs: on CI, where the test's
     directory is gone, the proxy's side of a failure is otherwise lost."""
     report: pytest.TestReport = yield
