@@ -103,11 +103,14 @@ Fields = list[tuple[bytes, bytes]]
 
 class ProtocolError(Exception):
     """The origin broke HTTP/2 (or the caller asked for something it cannot do): a GOAWAY with
-    `error_code` is queued when the origin did, and the connection must be closed."""
+    `error_code` is queued when the origin did, and the connection must be closed. `events`:
+    what the frames before the broken one said (from `receive_data`), to be handled first: a
+    response completed there is the origin's answer, whatever came after it."""
 
     def __init__(self, message: str, error_code: int = PROTOCOL_ERROR) -> None:
         super().__init__(message)
         self.error_code = error_code
+        self.events: list[Event] = []
 
 
 class StreamIdsExhausted(ProtocolError):
@@ -279,6 +282,11 @@ class ClientConnection:
     def open_streams(self) -> int:
         return len(self.streams)
 
+    def may_open_stream(self) -> bool:
+        """Whether a new stream stays within the origin's SETTINGS_MAX_CONCURRENT_STREAMS."""
+        limit = self.remote_max_concurrent_streams
+        return limit is None or len(self.streams) < limit
+
     def next_stream_id(self) -> int:
         if self._next_stream_id > MAX_STREAM_ID:
             raise StreamIdsExhausted("no stream ids left on this connection")
@@ -293,8 +301,8 @@ class ClientConnection:
         if stream is None:
             if stream_id != self.next_stream_id():
                 raise ProtocolError(f"stream {stream_id} is not the next stream to open")
-            limit = self.remote_max_concurrent_streams
-            if limit is not None and len(self.streams) >= limit:
+            if not self.may_open_stream():
+                limit = self.remote_max_concurrent_streams
                 raise ProtocolError(f"the origin takes at most {limit} streams at once")
             stream = self.streams[stream_id] = _Stream(
                 stream_id, self.remote_initial_window, self._stream_window
@@ -333,7 +341,8 @@ class ClientConnection:
         if stream is None or stream.local_ended:
             raise ProtocolError(f"stream {stream_id} is not open for sending")
         size = len(data)
-        if size > min(stream.send_window, self.send_window, self.remote_max_frame_size):
+        # An empty DATA frame (END_STREAM alone) takes no window, even a negative one.
+        if size and size > min(stream.send_window, self.send_window, self.remote_max_frame_size):
             raise ProtocolError("DATA beyond the flow-control window or the frame size")
         stream.send_window -= size
         self.send_window -= size
@@ -351,6 +360,13 @@ class ClientConnection:
             return
         self._frame(RST_STREAM, 0, stream_id, _U32.pack(error_code))
         self._remember_reset(stream_id)
+
+    def forget_stream(self, stream_id: int) -> None:
+        """Close the stream on this side without a word to the origin (one that a GOAWAY said
+        it never processed: a server may refuse frames once it has sent GOAWAY); its late
+        frames are dropped."""
+        if self.streams.pop(stream_id, None) is not None:
+            self._remember_reset(stream_id)
 
     def acknowledge_received_data(self, size: int, stream_id: int) -> None:
         """`size` bytes of DATA were taken by the reader: give the windows back, in
@@ -427,6 +443,7 @@ class ClientConnection:
         except ProtocolError as e:
             self._frame(GOAWAY, 0, 0, _U32_PAIR.pack(0, e.error_code))
             self.closed = True
+            e.events = events
             raise
         except (HPACKError, OversizedHeaderListError) as e:
             code = (
@@ -434,7 +451,9 @@ class ClientConnection:
             )
             self._frame(GOAWAY, 0, 0, _U32_PAIR.pack(0, code))
             self.closed = True
-            raise ProtocolError(f"invalid header block: {e}", code) from None
+            error = ProtocolError(f"invalid header block: {e}", code)
+            error.events = events
+            raise error from None
         return events
 
     def _receive(self, data: bytes, events: list[Event]) -> None:
@@ -506,8 +525,8 @@ class ClientConnection:
         # Other types are extensions: ignored (RFC 9113 §5.5).
 
     def _stream_for(self, stream_id: int, what: str) -> _Stream | None:
-        """The open stream a frame from the origin is for, None for a stream this side reset
-        (the frame is dropped), a ProtocolError for any other."""
+        """The open stream a frame from the origin is for; None for a stream this side reset or
+        one closed both ways (the frame is dropped); a ProtocolError for any other."""
         stream = self.streams.get(stream_id)
         if stream is not None and not stream.remote_ended:
             return stream
@@ -519,7 +538,14 @@ class ClientConnection:
             raise ProtocolError(f"{what} on stream {stream_id}, which the origin cannot open")
         if stream_id >= self._next_stream_id:
             raise ProtocolError(f"{what} on stream {stream_id}, never opened")
-        raise ProtocolError(f"{what} on stream {stream_id}, which has ended", STREAM_CLOSED)
+        if stream is not None:  # half-closed: its response has ended, its request has not
+            raise ProtocolError(f"{what} on stream {stream_id}, which has ended", STREAM_CLOSED)
+        # A stream closed for good: ended both ways, or reset so long ago that it is no longer
+        # remembered. A stream error, not the connection's (RFC 9113 §5.1, §6.1): the frame is
+        # dropped, and the origin told once.
+        self._frame(RST_STREAM, 0, stream_id, _U32.pack(STREAM_CLOSED))
+        self._remember_reset(stream_id)
+        return None
 
     def _receive_data(
         self, flags: int, stream_id: int, payload: bytes, events: list[Event]
@@ -604,14 +630,20 @@ class ClientConnection:
         stream.head_received = True
         if stream.head_request:
             stream.expected_length = 0  # whatever its content-length says (RFC 9110 §9.3.2)
-        elif status == 304:
-            stream.expected_length = None  # its content-length is the unsent representation's
+        elif status in (204, 304):
+            # No content (RFC 9110 §6.4.1): a content-length is the unsent representation's
+            # (304) or a server's mistake (204) that RFC 9113 §8.1.1 lets pass.
+            stream.expected_length = None
         else:
             for name, field_value in headers:
                 if name == b"content-length":
-                    if not field_value.isdigit() or (
-                        stream.expected_length is not None
-                        and stream.expected_length != int(field_value)
+                    if (
+                        not field_value.isdigit()
+                        or len(field_value) > 18
+                        or (
+                            stream.expected_length is not None
+                            and stream.expected_length != int(field_value)
+                        )
                     ):
                         raise ProtocolError(
                             f"an invalid content-length {field_value!r} on stream {stream_id}"

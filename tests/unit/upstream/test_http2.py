@@ -108,6 +108,14 @@ def goaway_code(data: bytes) -> int:
     raise AssertionError("no GOAWAY")
 
 
+def has_goaway(data: bytes) -> bool:
+    try:
+        goaway_code(data)
+    except AssertionError:
+        return False
+    return True
+
+
 def test_a_request_and_its_response() -> None:
     client, server = connected()
     stream_id = client.next_stream_id()
@@ -356,6 +364,77 @@ def test_a_body_on_a_response_to_head_closes_the_connection() -> None:
         client.receive_data(head + frame(0, 0x1, 1, b"abc"))
 
 
+def test_frames_on_a_stream_closed_both_ways_are_dropped_with_a_reset() -> None:
+    # RFC 9113 §5.1: a stream error (RST_STREAM STREAM_CLOSED), not the connection's: the other
+    # streams on the connection carry on.
+    client = raw_client()
+    client.send_headers(1, HEAD, end_stream=True)
+    client.send_headers(3, HEAD, end_stream=True)
+    client.data_to_send()
+    assert client.receive_data(_head([(b":status", b"200")], 0x5))[-1] == StreamEnded(1)
+    window = client.receive_window
+    late = _head([(b":status", b"200")], 0x5) + frame(0, 0, 1, b"x" * 100)
+    assert client.receive_data(late) == []
+    assert client.receive_window == window - 100  # counted, and given back in time
+    out = client.data_to_send()
+    assert out.count(frame(3, 0, 1, struct.pack(">I", STREAM_CLOSED))) == 1  # told once
+    assert not has_goaway(out) and not client.closed
+    response = frame(1, 0x5, 3, Encoder().encode([(b":status", b"204")]))
+    assert client.receive_data(response)[0] == ResponseReceived(3, 204, [], True)
+
+
+def test_a_stream_reset_long_ago_does_not_take_the_connection_down() -> None:
+    # Only the last RESET_MEMORY resets are remembered; a late frame on an older one is dropped
+    # as for any closed stream.
+    client = raw_client()
+    for stream_id in range(1, 2 * 1_100, 2):
+        client.send_headers(stream_id, HEAD, end_stream=True)
+        client.reset_stream(stream_id)
+    client.data_to_send()
+    assert client.receive_data(frame(0, 0, 1, b"late")) == []
+    assert not has_goaway(client.data_to_send()) and not client.closed
+
+
+def test_the_frames_before_a_broken_one_are_kept_with_the_error() -> None:
+    client = raw_client()
+    client.send_headers(1, HEAD, end_stream=True)
+    complete = _head([(b":status", b"200"), (b"content-length", b"2")]) + frame(0, 1, 1, b"ok")
+    bad_ping = frame(6, 0, 0, b"short")
+    with pytest.raises(ProtocolError) as caught:
+        client.receive_data(complete + bad_ping)
+    assert caught.value.events == [
+        ResponseReceived(1, 200, [(b"content-length", b"2")], False),
+        DataReceived(1, b"ok", 2),
+        StreamEnded(1),
+    ]
+
+
+def test_an_empty_end_of_stream_needs_no_window() -> None:
+    # The origin lowered its initial window below what the stream had sent: the stream's window
+    # is negative, and END_STREAM alone still goes (RFC 9113 §6.9.1).
+    client = raw_client()
+    client.receive_data(frame(4, 0, 0, struct.pack(">HI", 4, 10)))  # INITIAL_WINDOW_SIZE 10
+    client.send_headers(1, POST, end_stream=False)
+    client.send_data(1, b"0123456789")
+    client.receive_data(frame(4, 0, 0, struct.pack(">HI", 4, 4)))
+    assert client.send_window_of(1) == -6
+    client.data_to_send()
+    client.end_stream(1)
+    assert client.data_to_send().endswith(frame(0, 0x1, 1))
+
+
+def test_a_204_may_carry_a_content_length() -> None:
+    # RFC 9113 §8.1.1: a response without content may announce a length; a server's mistake on
+    # one stream is no reason to end the connection's others.
+    client = raw_client()
+    client.send_headers(1, HEAD[:3] + [(b":path", b"/x")], end_stream=True)
+    head = frame(1, 0x5, 1, block([(b":status", b"204"), (b"content-length", b"12")]))
+    assert client.receive_data(head) == [
+        ResponseReceived(1, 204, [(b"content-length", b"12")], True),
+        StreamEnded(1),
+    ]
+
+
 def test_a_304_may_announce_a_length_it_does_not_send() -> None:
     client = raw_client()
     client.send_headers(1, HEAD[:3] + [(b":path", b"/cached")], end_stream=True)
@@ -436,9 +515,9 @@ BAD = {
         PROTOCOL_ERROR,
         True,
     ),
-    "HEADERS after the stream ended": (
-        _head([(b":status", b"200")], 0x5) + _head([(b":status", b"200")], 0x5),
-        STREAM_CLOSED,
+    "a content-length too long to be one": (
+        _head([(b":status", b"200"), (b"content-length", b"9" * 4_400)]),
+        PROTOCOL_ERROR,
         True,
     ),
     "DATA beyond the stream's window": (
