@@ -67,6 +67,10 @@ DEFAULT_MAX_STREAMS = 100
 COALESCE_SECONDS = 0.003
 
 
+class _StreamClosed(Exception):
+    """A stream closed while its request body was going out (`H2Upstream._send_body`)."""
+
+
 class H2Response:
     """The response on one stream. Body chunks are acknowledged to the server as they are read."""
 
@@ -271,6 +275,11 @@ class H2Upstream:
             self.listener.goaway()
             self.listener.unanswered([waiter_id], never_sent=True)
             raise Unanswered("no stream ids left on the connection") from None
+        if not self.h2.may_open_stream():
+            # The origin's stream limit, announced (or lowered) after this request was handed
+            # here: not a byte of it left, and the pool knows the limit now.
+            self.listener.unanswered([waiter_id], never_sent=True)
+            raise Unanswered("the origin's limit of concurrent streams is reached")
         response = H2Response(self, stream_id)
         response.request = request
         self._streams[stream_id] = response
@@ -292,10 +301,10 @@ class H2Upstream:
             has_body = bool(request.body) or request.body_stream is not None
             self.h2.send_headers(stream_id, headers, end_stream=not has_body and not trailers)
             if request.body:
-                await self._send_body(stream_id, request.body)
+                await self._send_body(response, request.body)
             if request.body_stream is not None:
                 async for chunk in request.body_stream:
-                    await self._send_body(stream_id, chunk)
+                    await self._send_body(response, chunk)
             # A streamed body's trailers are known only once it has ended.
             trailers = outbound_fields(request.trailers)
             if has_body or trailers:
@@ -307,25 +316,39 @@ class H2Upstream:
             # handed over close to it.
             self._flush_soon()
             await response.head
+        except _StreamClosed:
+            # The stream closed under its body. The origin reset it or went away (the pool has
+            # been told what became of the request; its error says the same), or it had
+            # answered in full first: a complete response stands (RFC 9113 §8.1).
+            if response._error is not None:
+                raise response._error from None
+            if not response._ended:
+                raise UpstreamError("the stream closed while the request was sent") from None
         except ProtocolError as e:
             if self._forget(stream_id) is not None:
                 self.listener.request_done(waiter_id, True)
+            if not self.closed:
+                self.h2.reset_stream(stream_id, CANCEL)  # its head may have gone out
+                self._flush()
             raise UpstreamError(f"HTTP/2 error sending the request: {e}") from None
         except asyncio.CancelledError:
             self._cancel_stream(response)  # RST_STREAM, and the stream slot goes back
             raise
         return response
 
-    async def _send_body(self, stream_id: int, data: bytes) -> None:
+    async def _send_body(self, response: H2Response, data: bytes) -> None:
+        """Send `data` on the response's stream as the windows allow; _StreamClosed if the
+        stream closes first (whatever closes it sets `_window_open`, to wake the wait here)."""
+        stream_id = response.stream_id
         view = memoryview(data)
         while view:
+            if self.closed or stream_id not in self._streams:
+                raise _StreamClosed
             window = self.h2.send_window_of(stream_id)
             if window <= 0:
                 self._flush()
                 self._window_open.clear()
                 await self._window_open.wait()
-                if self.closed or stream_id not in self._streams:
-                    raise Unanswered("connection closed while sending the request body")
                 continue
             self.h2.send_data(stream_id, bytes(view[:window]))
             view = view[window:]
@@ -373,6 +396,10 @@ class H2Upstream:
                     events = self.h2.receive_data(data)
                 except ProtocolError as e:
                     error = UpstreamError(f"HTTP/2 protocol error from the origin: {e}")
+                    # What the frames before the broken one said still holds: a response
+                    # they completed is delivered, a GOAWAY they carried is obeyed.
+                    for event in e.events:
+                        self._handle(event)
                     self._flush()
                     break
                 for event in events:
@@ -417,6 +444,15 @@ class H2Upstream:
         elif type(event) is StreamReset:
             response = self._streams.get(event.stream_id)
             if response is not None:
+                self._window_open.set()  # a body waiting for the window stops (`_send_body`)
+                if response._ended and response._error is None:
+                    # After its response ended (RFC 9113 §8.1: NO_ERROR asks to stop sending
+                    # the request): the response stands; the stream's slot goes back.
+                    response.finished = True
+                    waiter_id = self._forget(event.stream_id)
+                    if waiter_id is not None:
+                        self.listener.request_done(waiter_id, True)
+                    return
                 refused = event.error_code == REFUSED_STREAM and not response.head.done()
                 error = (Unanswered if refused else UpstreamError)(
                     f"origin reset the stream ({error_name(event.error_code)})"
@@ -445,10 +481,19 @@ class H2Upstream:
         """Streams above `last_stream_id` were never processed: they go again elsewhere."""
         self.goaway_received = True
         self.listener.goaway()
-        unprocessed = [sid for sid in self._streams if sid > last_stream_id]
+        # A stream with a response head was processed, whatever the GOAWAY says: its
+        # response goes on (sent again, it could reach the origin twice).
+        unprocessed = [
+            sid
+            for sid, response in self._streams.items()
+            if sid > last_stream_id and not response.head.done()
+        ]
         waiters = []
+        if unprocessed:
+            self._window_open.set()  # their bodies stop going out (`_send_body`)
         for stream_id in unprocessed:
             response = self._streams[stream_id]
+            self.h2.forget_stream(stream_id)  # closed on this side too
             response._fail(Unanswered(f"origin sent GOAWAY ({error_name(error_code)})"))
             waiter_id = self._forget(stream_id)
             if waiter_id is not None:
@@ -472,7 +517,13 @@ class H2Upstream:
         self._window_open.set()
         answered = []
         for stream_id, response in list(self._streams.items()):
-            if response.head.done():
+            if response._ended and response._error is None:
+                # Complete: its reader takes what has arrived; the loss is not its.
+                response.finished = True
+                waiter_id = self._waiter_of.pop(stream_id, None)
+                if waiter_id is not None:
+                    self.listener.request_done(waiter_id, False)
+            elif response.head.done():
                 response._fail(UpstreamError(f"{error} (mid-response)"))
                 waiter_id = self._waiter_of.get(stream_id)
                 if waiter_id is not None:

@@ -1,0 +1,283 @@
+"""What becomes of a request when its stream or its connection ends early (reshape/upstream/h2.py).
+
+An origin may reset a stream, refuse it, send GOAWAY or break the protocol while a request's
+body waits for the flow-control window, after the response has come whole, or before the
+request leaves at all. Whatever it does, the request's exchange ends at once, the pool is told
+the truth about it (answered, or unanswered and whether any of it left), and a complete
+response is never thrown away. The origin here is h2's server end, over a transport that keeps
+what is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.settings
+import pytest
+
+from reshape.upstream.h2 import H2Response, H2Upstream
+from reshape.upstream.types import Unanswered, UpstreamError, UpstreamRequest
+from reshape.upstream.wire import Wire
+
+NO_ERROR, INTERNAL_ERROR, REFUSED_STREAM, CANCEL = 0x0, 0x2, 0x7, 0x8
+
+
+class KeptWrites:
+    """An asyncio transport that keeps every write."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return default
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+class Books:
+    """The pool's side: what the connection told it, in order."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[object, ...]] = []
+
+    def request_done(self, waiter_id: int, reusable: bool) -> None:
+        self.told.append(("done", waiter_id, reusable))
+
+    def unanswered(self, waiter_ids: list[int], *, never_sent: bool = False) -> None:
+        self.told.append(("unanswered", list(waiter_ids), never_sent))
+
+    def max_streams_changed(self, max_streams: int) -> None:
+        pass
+
+    def out_of_turn(self) -> None:
+        pass
+
+    def goaway(self) -> None:
+        self.told.append(("goaway",))
+
+    def lost(self, answered: list[int], **kwargs: object) -> None:
+        self.told.append(("lost", list(answered)))
+
+
+class Link:
+    """The engine's connection with h2's server end on the other side of the wire."""
+
+    def __init__(self, **settings: int) -> None:
+        self.transport = KeptWrites()
+        self.wire = Wire(tls=None)
+        self.wire.connection_made(self.transport)  # type: ignore[arg-type]
+        self.books = Books()
+        self.upstream = H2Upstream(self.wire, self.books)  # type: ignore[arg-type]
+        self.server = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=False, header_encoding=None)
+        )
+        self.server.initiate_connection()
+        if settings:
+            self.server.update_settings(
+                {getattr(h2.settings.SettingCodes, name): v for name, v in settings.items()}
+            )
+        self.upstream.start()
+
+    async def settle(self) -> list[h2.events.Event]:
+        """Let both ends exchange what they have until neither has more; the origin's events."""
+        events: list[h2.events.Event] = []
+        for _ in range(8):
+            for _ in range(4):
+                await asyncio.sleep(0)
+            data = b"".join(self.transport.writes)
+            self.transport.writes.clear()
+            if data:
+                events += self.server.receive_data(data)
+            back = self.server.data_to_send()
+            if back:
+                self.wire.data_received(back)
+        return events
+
+    def exchange(self, waiter_id: int, request: UpstreamRequest) -> asyncio.Task[H2Response]:
+        return asyncio.create_task(self.upstream.exchange(waiter_id, request))
+
+
+def get(path: bytes = b"/") -> UpstreamRequest:
+    return UpstreamRequest(b"GET", b"https", b"origin.test", path, [])
+
+
+def post(body: bytes) -> UpstreamRequest:
+    return UpstreamRequest(b"POST", b"https", b"origin.test", b"/upload", [], body=body)
+
+
+async def upload_waiting_for_window() -> tuple[Link, asyncio.Task[H2Response]]:
+    """A 1,000-byte POST to an origin that lets 16 bytes per stream through: its exchange
+    waits for a window."""
+    link = Link(INITIAL_WINDOW_SIZE=16)
+    await link.settle()
+    task = link.exchange(1, post(b"b" * 1000))
+    events = await link.settle()
+    assert any(isinstance(e, h2.events.RequestReceived) for e in events)
+    assert not task.done()
+    return link, task
+
+
+async def body_of(response: H2Response) -> bytes:
+    body = b""
+    while chunk := await response.read():
+        body += chunk
+    return body
+
+
+@pytest.mark.parametrize("code", [INTERNAL_ERROR, CANCEL])
+async def test_a_reset_under_a_request_body_ends_the_exchange(code: int) -> None:
+    link, task = await upload_waiting_for_window()
+    link.server.reset_stream(1, code)
+    await link.settle()
+    # At once, not at the next window update or the read timeout; and as the pool was told.
+    assert task.done()
+    with pytest.raises(UpstreamError, match="origin reset the stream"):
+        task.result()
+    assert link.books.told == [("done", 1, True)]
+
+
+async def test_a_complete_response_then_a_reset_stands() -> None:
+    # RFC 9113 §8.1: an origin may answer before the request's end, then reset the stream with
+    # NO_ERROR to stop the upload; the client must not throw the response away.
+    link, task = await upload_waiting_for_window()
+    link.server.send_headers(1, [(b":status", b"413"), (b"content-length", b"4")])
+    link.server.send_data(1, b"nope", end_stream=True)
+    link.server.reset_stream(1, NO_ERROR)
+    await link.settle()
+    assert task.done()
+    response = task.result()
+    assert response.status == 413
+    assert await body_of(response) == b"nope"
+    assert link.books.told == [("done", 1, True)]
+
+
+async def test_a_refused_stream_under_a_body_goes_back_to_the_pool() -> None:
+    link, task = await upload_waiting_for_window()
+    link.server.reset_stream(1, REFUSED_STREAM)
+    await link.settle()
+    assert task.done()
+    with pytest.raises(Unanswered):
+        task.result()  # the engine waits for the pool's decision, which this report brings
+    assert link.books.told == [("unanswered", [1], False)]
+
+
+async def test_a_goaway_under_a_body_sends_the_request_elsewhere() -> None:
+    link, task = await upload_waiting_for_window()
+    link.server.close_connection(error_code=NO_ERROR, last_stream_id=0)
+    events = await link.settle()
+    assert task.done()
+    with pytest.raises(Unanswered, match="GOAWAY"):
+        task.result()
+    assert link.books.told[:2] == [("goaway",), ("unanswered", [1], False)]
+    assert link.upstream.h2.open_streams == 0  # closed on this side too,
+    assert not any(isinstance(e, h2.events.StreamReset) for e in events)  # without a word
+
+
+async def test_a_goaway_spares_a_stream_already_answered() -> None:
+    # Its response head says the origin processed it, whatever the GOAWAY's last stream id:
+    # sent again, an idempotent request would reach it twice.
+    link = Link()
+    await link.settle()
+    task = link.exchange(1, get())
+    await link.settle()
+    link.server.send_headers(1, [(b":status", b"200")])
+    link.server.send_data(1, b"part")
+    await link.settle()
+    response = task.result()
+    link.server.close_connection(error_code=NO_ERROR, last_stream_id=0)
+    await link.settle()
+    assert ("unanswered", [1], False) not in link.books.told
+    assert await response.read() == b"part"
+
+
+async def test_a_stream_past_the_origins_limit_is_never_sent() -> None:
+    # The limit came (or was lowered) after the request was handed here: it goes elsewhere,
+    # whatever its method, for not a byte of it left.
+    link = Link(MAX_CONCURRENT_STREAMS=1)
+    await link.settle()
+    first = link.exchange(1, get())
+    await link.settle()
+    second = link.exchange(2, post(b"x"))
+    events = await link.settle()
+    assert second.done()
+    with pytest.raises(Unanswered, match="limit"):
+        second.result()
+    assert link.books.told == [("unanswered", [2], True)]
+    assert not any(isinstance(e, h2.events.RequestReceived) for e in events)
+    first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
+
+
+async def test_a_request_that_breaks_after_its_head_is_reset() -> None:
+    # A streamed body's trailers are checked only once it has ended, long after the head left:
+    # the stream is reset, not left open at the origin for ever.
+    link = Link()
+    await link.settle()
+    request = post(b"")
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"abc"
+        request.trailers = [(b"x-t", b"a\r\nb")]
+
+    request.body_stream = body()
+    task = link.exchange(1, request)
+    events = await link.settle()
+    with pytest.raises(UpstreamError, match="line break"):
+        task.result()
+    assert link.upstream.h2.open_streams == 0
+    assert any(isinstance(e, h2.events.StreamReset) for e in events)
+    assert link.books.told == [("done", 1, True)]
+
+
+async def test_a_complete_response_outlives_its_connection() -> None:
+    # The origin answered in full, then closed (nginx after keepalive_requests): the response,
+    # not yet read, is delivered whole and ends cleanly.
+    link = Link()
+    await link.settle()
+    task = link.exchange(1, get())
+    await link.settle()
+    link.server.send_headers(1, [(b":status", b"200"), (b"content-length", b"5")])
+    link.server.send_data(1, b"whole", end_stream=True)
+    await link.settle()
+    response = task.result()
+    link.wire.eof_received()
+    await link.settle()
+    assert await body_of(response) == b"whole"
+    assert link.books.told == [("done", 1, False), ("lost", [])]
+
+
+async def test_a_response_completed_before_a_protocol_error_is_delivered() -> None:
+    link = Link()
+    await link.settle()
+    task = link.exchange(1, get())
+    await link.settle()
+    link.server.send_headers(1, [(b":status", b"200"), (b"content-length", b"2")])
+    link.server.send_data(1, b"ok", end_stream=True)
+    complete = link.server.data_to_send()
+    bad_ping = b"\x00\x00\x05\x06\x00\x00\x00\x00\x00short"  # a PING must be 8 bytes long
+    link.wire.data_received(complete + bad_ping)
+    await link.settle()
+    response = task.result()
+    assert await body_of(response) == b"ok"
+    assert ("done", 1, False) in link.books.told
