@@ -77,6 +77,18 @@ class ResourceTiming:
 
 
 @dataclass(frozen=True)
+class NavigationTiming:
+    """The page's own exchange (its Navigation Timing entry, ms since navigation start): when its
+    connection was ready (TCP and TLS; through a proxy, the tunnel and TLS), its request left,
+    and its first and last bytes arrived."""
+
+    connect_end_ms: float
+    request_start_ms: float
+    response_start_ms: float
+    response_end_ms: float
+
+
+@dataclass(frozen=True)
 class PageLoad:
     """What one page load took and fetched."""
 
@@ -87,6 +99,8 @@ class PageLoad:
     done_ms: float | None = None
     # Resource Timing entries, when asked for (the navigation itself excluded).
     timings: list[ResourceTiming] = field(default_factory=list)
+    # The navigation's own timing, asked for with the Resource Timing entries.
+    navigation: NavigationTiming | None = None
 
 
 def ensure_node_deps() -> None:
@@ -416,6 +430,18 @@ def _page_load(url: str, result: dict[str, object]) -> PageLoad:
             )
             for entry in result.get("timings", [])
         ],
+        navigation=_navigation_timing(result.get("navigation")),
+    )
+
+
+def _navigation_timing(entry: object) -> NavigationTiming | None:
+    if not isinstance(entry, dict):
+        return None
+    return NavigationTiming(
+        float(entry["connectEnd"]),
+        float(entry["requestStart"]),
+        float(entry["responseStart"]),
+        float(entry["responseEnd"]),
     )
 
 

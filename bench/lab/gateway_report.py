@@ -102,7 +102,8 @@ def _new_origin_connections(run: Run, page: str) -> dict[Cell, str]:
 
 def phase_table(run: Run, page: str) -> str:
     """When each phase of the page ended (Resource Timing, ms from navigation start; medians),
-    per cell: where a configuration gains or loses its time."""
+    per cell: where a configuration gains or loses its time. The first two columns are the
+    HTML's own exchange (Navigation Timing): its connection ready, its first byte back."""
     names = PHASES.get(page)
     if not names:
         return ""
@@ -111,27 +112,30 @@ def phase_table(run: Run, page: str) -> str:
         if load.page != page or load.error is not None or not load.timings:
             continue
         phase_end: dict[str, float] = {"document": min(t[1] for t in load.timings)}
+        if load.navigation is not None:
+            phase_end["connected"], _, phase_end["HTML 1st byte"], _ = load.navigation
         for url, _, _, end in load.timings:
             phase = phase_of(page, url)
             if phase is not None:
                 phase_end[phase] = max(phase_end.get(phase, 0.0), end)
         ends.setdefault(load.cell, []).append(phase_end)
-    header = ["origins", "RTT", "config", "document", *names]
+    columns = ("connected", "HTML 1st byte", "document", *names)
+    header = ["origins", "RTT", "config", *columns]
     rows = []
     for variant in run.experiment.variants:
         for link in run.experiment.links:
             for config in configs_in(run):
                 loads = ends.get(Cell(variant, page, config, link), [])
                 row = [variant, link, run.label(config)]
-                for name in ("document", *names):
+                for name in columns:
                     values = [e[name] for e in loads if name in e]
                     row.append(f"{median(values):,.0f}" if values else "-")
                 rows.append(row)
     return (
-        "<details><summary>when each phase ended, ms (medians; `document`: the first "
-        "subresource's start, i.e. the HTML has arrived)</summary>\n\n"
-        + markdown_table(header, rows)
-        + "\n\n</details>"
+        "<details><summary>when each phase ended, ms (medians; `connected`: the HTML's "
+        "connection ready (TCP and TLS; through a proxy, the tunnel and TLS); `HTML 1st byte`: "
+        "its first byte back; `document`: the first subresource's start, i.e. the HTML has "
+        "arrived)</summary>\n\n" + markdown_table(header, rows) + "\n\n</details>"
     )
 
 

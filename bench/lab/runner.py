@@ -80,6 +80,9 @@ class Load:
     browser_connection_ids: int = 0  # distinct connection ids in Chromium's responses
     # Resource Timing per subresource: [url, startTime, responseStart, responseEnd] in ms.
     timings: list[tuple[str, float, float, float]] = field(default_factory=list)
+    # Navigation Timing of the page itself: [connectEnd, requestStart, responseStart,
+    # responseEnd] in ms, when Resource Timing was asked for.
+    navigation: tuple[float, float, float, float] | None = None
     error: str | None = None
 
     @property
@@ -358,6 +361,14 @@ def _measure(
         load.timings = [
             (t.url, t.start_ms, t.response_start_ms, t.response_end_ms) for t in loaded.timings
         ]
+        nav = loaded.navigation
+        if nav is not None:
+            load.navigation = (
+                nav.connect_end_ms,
+                nav.request_start_ms,
+                nav.response_start_ms,
+                nav.response_end_ms,
+            )
         load.error = received_wrong(page, loaded)
         if load.error is not None:
             load.plt_ms = None

@@ -4,7 +4,8 @@
 // request: {url, timeoutMs, bodies?: bool (default true), doneGlobal?: name,
 //           resourceTiming?: bool (default false)}
 // result:  {ok: true, loadMs, fcpMs, resources: [{url, status, sha256, size, method, protocol,
-//           connectionId}], failures: [text], doneMs?, timings?: [PerformanceResourceTiming]}
+//           connectionId}], failures: [text], doneMs?, timings?: [PerformanceResourceTiming],
+//           navigation?: {connectEnd, requestStart, responseStart, responseEnd}}
 // Without bodies, sha256 is empty and size is the sum of the decoded bytes Chromium reported as
 // they arrived (DevTools Network.dataReceived), which costs far less than reading bodies back.
 import { createHash } from 'node:crypto';
@@ -113,6 +114,17 @@ export async function measure(context, page, request) {
     else timing.doneMs = value;
   }
   if (request.resourceTiming) {
+    // The HTML's own exchange: when its connection was ready (TCP and TLS, or through a proxy
+    // the tunnel and TLS), its request went out, and its first and last bytes came back.
+    timing.navigation = await page.evaluate(() => {
+      const entry = performance.getEntriesByType('navigation')[0];
+      return {
+        connectEnd: entry.connectEnd,
+        requestStart: entry.requestStart,
+        responseStart: entry.responseStart,
+        responseEnd: entry.responseEnd,
+      };
+    });
     timing.timings = await page.evaluate(() =>
       performance.getEntriesByType('resource').map((entry) => ({
         name: entry.name,

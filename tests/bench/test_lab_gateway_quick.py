@@ -147,7 +147,12 @@ def test_quick_gateway_keeps_the_pool_warm_across_users(tmp_path: Path) -> None:
             # have more requests in flight to one origin at once than the warm-up had; seen
             # once in ~5 runs, 2 new of the load's connections.)
             assert load["origin_connections_new"] < load["origin_connections"], load
+        # The HTML's own exchange, in order: its connection ready, its request out, its first
+        # and last bytes back.
+        connected, request_start, first_byte, last_byte = load["navigation"]
+        assert 0 < connected <= request_start <= first_byte <= last_byte, load["navigation"]
     assert "Issue 17's targets" in stdout
+    assert "HTML 1st byte" in stdout
     assert "Profile of the pooled proxy" in stdout and "Top 25 functions by self time" in stdout
     assert "Proxy CPU per load" in stdout
     assert "new origin conns" in stdout
