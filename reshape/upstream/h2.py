@@ -1,9 +1,12 @@
 """One HTTP/2 connection to an origin, carrying requests from any number of clients at once.
 
 The protocol state is reshape/upstream/http2.py's (sans-IO); this module does the I/O around it:
-one reader task per connection dispatches frames to per-stream queues, senders wait for
-flow-control windows, and received data is acknowledged (WINDOW_UPDATE) only when the client
-side has taken it, so a slow client throttles its own stream and nothing else.
+one reader task per connection dispatches frames to per-stream queues, and senders wait for
+flow-control windows. Received data gives the connection's window back as it arrives and the
+stream's only when the client side has taken it, so a slow client throttles its own stream and
+nothing else: its unread data (at most a stream window) does not hold the connection's window
+that every other stream shares. What the connection keeps unread is bounded all the same: past
+UNREAD_LIMIT, the connection's window waits for the readers too.
 """
 
 from __future__ import annotations
@@ -58,6 +61,12 @@ log = logging.getLogger("reshape.upstream")
 # (bench/lab run plt, large images over one HTTP/2 connection) took twice as long as direct.
 STREAM_WINDOW = 6 << 20
 CONNECTION_WINDOW = 16 << 20
+# Unread bytes a connection holds (all its streams) before arriving data stops giving the
+# connection's window back at once: with it, slow readers can make a connection buffer at most
+# this plus one connection window, and below it they cannot stall the connection's other
+# streams (three readers holding a stream window each would, with the connection's window
+# given back on reads alone).
+UNREAD_LIMIT = 2 * CONNECTION_WINDOW
 # Servers that announce no limit get this many concurrent streams from us.
 DEFAULT_MAX_STREAMS = 100
 # A request handed over waits at most this long (of the proxy's own work on other requests) for
@@ -85,7 +94,8 @@ class H2Response:
         self.trailers: Headers = []
         self.head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.request: UpstreamRequest | None = None  # told of 1xx responses (`interim`)
-        self._chunks: collections.deque[tuple[bytes, int]] = collections.deque()
+        # (data, its flow-controlled size, what of it the connection's window still owes)
+        self._chunks: collections.deque[tuple[bytes, int, int]] = collections.deque()
         self._ended = False
         self._error: Exception | None = None
         # Made when a read has to wait: most responses have arrived whole by their first read.
@@ -103,8 +113,8 @@ class H2Response:
                 self._readable = asyncio.Event()
             self._readable.clear()
             await self._readable.wait()
-        data, flow_controlled = self._chunks.popleft()
-        self._connection._acknowledge(self.stream_id, flow_controlled)
+        data, flow_controlled, owed = self._chunks.popleft()
+        self._connection._taken(self.stream_id, flow_controlled, owed)
         return data
 
     def read_nowait(self) -> bytes | None:
@@ -116,8 +126,8 @@ class H2Response:
                 return None
             self._connection._stream_finished(self, reusable=True)
             return b""
-        data, flow_controlled = self._chunks.popleft()
-        self._connection._acknowledge(self.stream_id, flow_controlled)
+        data, flow_controlled, owed = self._chunks.popleft()
+        self._connection._taken(self.stream_id, flow_controlled, owed)
         return data
 
     def abort(self) -> None:
@@ -209,6 +219,7 @@ class H2Upstream:
         self._streams: dict[int, H2Response] = {}
         self._waiter_of: dict[int, int] = {}  # stream id → pool waiter id
         self._window_open = asyncio.Event()
+        self._unread = 0  # flow-controlled bytes received and not yet read, all streams
         self.listener = listener
         self.goaway_received = False
         self._reader: asyncio.Task[None] | None = None
@@ -360,6 +371,27 @@ class H2Upstream:
             self.h2.acknowledge_received_data(size, stream_id)
             self._flush()
 
+    def _taken(self, stream_id: int, size: int, owed: int) -> None:
+        """A reader took `size` bytes of the stream's: its window opens again (and the
+        connection's, by what it still `owed`)."""
+        self._unread -= size
+        if not self.closed:
+            self.h2.acknowledge_stream_data(size, stream_id)
+            self.h2.acknowledge_connection_data(owed)
+            self._flush()
+
+    def _drop_unread(self, response: H2Response) -> None:
+        """Throw away what nobody will read: the connection's window gets back what it was
+        still owed (the stream has ended or is reset: its own window no longer matters)."""
+        owed = 0
+        for _, size, owed_here in response._chunks:
+            self._unread -= size
+            owed += owed_here
+        response._chunks.clear()
+        if owed and not self.closed:
+            self.h2.acknowledge_connection_data(owed)
+            self._flush()
+
     def _cancel_stream(self, response: H2Response) -> None:
         if response.stream_id in self._streams and not self.closed:
             self.h2.reset_stream(response.stream_id, CANCEL)
@@ -372,9 +404,7 @@ class H2Upstream:
         response.finished = True
         # Data nobody will read still counts against the connection's window: give it back,
         # or every abandoned stream would shrink the window until the connection stalls.
-        unread = sum(size for _, size in response._chunks)
-        response._chunks.clear()
-        self._acknowledge(response.stream_id, unread)
+        self._drop_unread(response)
         waiter_id = self._forget(response.stream_id)
         if waiter_id is not None:
             self.listener.request_done(waiter_id, reusable)
@@ -430,7 +460,13 @@ class H2Upstream:
                 # padding): give the window back now; b"" must never reach read()'s caller.
                 self._acknowledge(event.stream_id, event.flow_controlled_length)
                 return
-            response._chunks.append((event.data, event.flow_controlled_length))
+            size = event.flow_controlled_length
+            self._unread += size
+            if self._unread <= UNREAD_LIMIT:
+                self.h2.acknowledge_connection_data(size)  # sent with this read's other frames
+                response._chunks.append((event.data, size, 0))
+            else:
+                response._chunks.append((event.data, size, size))
             response._wake()
         elif type(event) is TrailersReceived:
             response = self._streams.get(event.stream_id)
@@ -458,8 +494,7 @@ class H2Upstream:
                     f"origin reset the stream ({error_name(event.error_code)})"
                 )
                 response._fail(error)
-                self._acknowledge(event.stream_id, sum(size for _, size in response._chunks))
-                response._chunks.clear()
+                self._drop_unread(response)
                 response.finished = True
                 waiter_id = self._forget(event.stream_id)
                 if waiter_id is not None:

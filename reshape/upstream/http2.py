@@ -369,8 +369,13 @@ class ClientConnection:
             self._remember_reset(stream_id)
 
     def acknowledge_received_data(self, size: int, stream_id: int) -> None:
-        """`size` bytes of DATA were taken by the reader: give the windows back, in
+        """`size` bytes of DATA were taken by the reader: give both windows back, in
         WINDOW_UPDATEs once half a window has been taken (as h2 does)."""
+        self.acknowledge_connection_data(size)
+        self.acknowledge_stream_data(size, stream_id)
+
+    def acknowledge_connection_data(self, size: int) -> None:
+        """The connection's window alone (the stream's follows when its reader takes it)."""
         if size <= 0:
             return
         self._connection_unacknowledged += size
@@ -384,6 +389,11 @@ class ClientConnection:
             if increment > 0:
                 self.receive_window += increment
                 self._window_update(0, increment)
+
+    def acknowledge_stream_data(self, size: int, stream_id: int) -> None:
+        """The stream's window alone (the connection's was given back on arrival)."""
+        if size <= 0:
+            return
         stream = self.streams.get(stream_id)
         if stream is None or stream.remote_ended:
             return  # no point opening the window of a stream the origin has ended

@@ -19,6 +19,7 @@ import h2.events
 import h2.settings
 import pytest
 
+import reshape.upstream.h2 as upstream_h2
 from reshape.upstream.h2 import H2Response, H2Upstream
 from reshape.upstream.types import Unanswered, UpstreamError, UpstreamRequest
 from reshape.upstream.wire import Wire
@@ -281,3 +282,67 @@ async def test_a_response_completed_before_a_protocol_error_is_delivered() -> No
     response = task.result()
     assert await body_of(response) == b"ok"
     assert ("done", 1, False) in link.books.told
+
+
+def fill_windows(server: h2.connection.H2Connection, stream_ids: tuple[int, ...]) -> int:
+    """The origin sends each stream as much as the windows let it; the bytes sent."""
+    sent = 0
+    for stream_id in stream_ids:
+        while (room := server.local_flow_control_window(stream_id)) > 0:
+            size = min(room, server.max_outbound_frame_size)
+            server.send_data(stream_id, b"x" * size)
+            sent += size
+    return sent
+
+
+async def test_slow_readers_do_not_stall_the_other_streams() -> None:
+    # Three clients read nothing of their large responses: each stream's window fills (6 MB),
+    # 18 MB in all, more than the connection's window (16 MB). The connection's window came
+    # back as the data arrived, so a fourth client's response still flows.
+    link = Link()
+    await link.settle()
+    tasks = [link.exchange(i, get(f"/{i}".encode())) for i in range(4)]
+    await link.settle()
+    for stream_id in (1, 3, 5, 7):
+        link.server.send_headers(stream_id, [(b":status", b"200")])
+    await link.settle()
+    responses = [task.result() for task in tasks]
+    for _ in range(40):
+        if not fill_windows(link.server, (1, 3, 5)):
+            break
+        await link.settle()
+    assert all(link.server.local_flow_control_window(s) == 0 for s in (1, 3, 5))
+    assert link.server.local_flow_control_window(7) > 0
+    link.server.send_data(7, b"still flowing", end_stream=True)
+    await link.settle()
+    assert await body_of(responses[3]) == b"still flowing"
+    # What the slow readers left unread is theirs to take, whole.
+    first = b""
+    while len(first) < 6 << 20:
+        first += await responses[0].read()
+    assert len(first) == 6 << 20
+
+
+async def test_what_a_connection_holds_unread_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Past UNREAD_LIMIT the connection's window waits for the readers too: slow readers make
+    # it buffer at most that plus one connection window.
+    monkeypatch.setattr(upstream_h2, "UNREAD_LIMIT", 1 << 20)
+    link = Link()
+    await link.settle()
+    tasks = [link.exchange(i, get(f"/{i}".encode())) for i in range(4)]
+    await link.settle()
+    for stream_id in (1, 3, 5, 7):
+        link.server.send_headers(stream_id, [(b":status", b"200")])
+    await link.settle()
+    for _ in range(40):
+        if not fill_windows(link.server, (1, 3, 5, 7)):
+            break
+        await link.settle()
+    unread = link.upstream._unread
+    assert unread <= (1 << 20) + (16 << 20) + link.server.max_outbound_frame_size
+    assert link.server.outbound_flow_control_window == 0  # the connection waits for readers
+    for task in tasks:
+        task.result().abort()
+    await link.settle()
+    assert link.upstream._unread == 0
+    assert link.server.outbound_flow_control_window > 0  # what nobody read came back
