@@ -266,6 +266,9 @@ class ClientConnection:
                 (ENABLE_PUSH, 0),
                 (INITIAL_WINDOW_SIZE, self._stream_window),
                 (MAX_CONCURRENT_STREAMS, self._local_max_streams),
+                # What the decoder takes (a larger head closes the connection): said, so that
+                # an origin that listens answers otherwise (RFC 9113 §6.5.2; h2 said it too).
+                (MAX_HEADER_LIST_SIZE, self.decoder.max_header_list_size),
             )
         )
         self._out.append(PREFACE)

@@ -137,6 +137,14 @@ def test_a_request_and_its_response() -> None:
     assert client.next_stream_id() == 3
 
 
+def test_the_preface_says_what_this_side_takes() -> None:
+    client, server = connected()
+    said = server.remote_settings
+    assert said.enable_push == 0
+    assert said.initial_window_size == 6 << 20
+    assert said.max_header_list_size == client.decoder.max_header_list_size == 65_536
+
+
 def test_a_body_waits_for_the_origins_windows() -> None:
     client, server = connected(INITIAL_WINDOW_SIZE=10)
     client.send_headers(1, POST, end_stream=False)
