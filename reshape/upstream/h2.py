@@ -316,6 +316,8 @@ class H2Upstream:
             if request.body_stream is not None:
                 async for chunk in request.body_stream:
                     await self._send_body(response, chunk)
+            if stream_id not in self._streams or self.closed:
+                raise _StreamClosed  # it closed between the body's chunks, or after the last
             # A streamed body's trailers are known only once it has ended.
             trailers = outbound_fields(request.trailers)
             if has_body or trailers:
@@ -336,8 +338,11 @@ class H2Upstream:
             if not response._ended:
                 raise UpstreamError("the stream closed while the request was sent") from None
         except ProtocolError as e:
-            if self._forget(stream_id) is not None:
-                self.listener.request_done(waiter_id, True)
+            if self._forget(stream_id) is None and response._error is not None:
+                raise response._error from None  # it had ended, as the pool was told
+            self._drop_unread(response)
+            response.finished = True
+            self.listener.request_done(waiter_id, True)
             if not self.closed:
                 self.h2.reset_stream(stream_id, CANCEL)  # its head may have gone out
                 self._flush()
@@ -399,12 +404,14 @@ class H2Upstream:
         self._stream_finished(response, reusable=True)
 
     def _stream_finished(self, response: H2Response, *, reusable: bool) -> None:
+        # Data nobody will read still counts against the connection's window: give it back,
+        # or every abandoned stream would shrink the window until the connection stalls. Also
+        # for a response already finished with the stream (one kept after a reset) that its
+        # reader abandons.
+        self._drop_unread(response)
         if response.finished:
             return
         response.finished = True
-        # Data nobody will read still counts against the connection's window: give it back,
-        # or every abandoned stream would shrink the window until the connection stalls.
-        self._drop_unread(response)
         waiter_id = self._forget(response.stream_id)
         if waiter_id is not None:
             self.listener.request_done(waiter_id, reusable)

@@ -537,7 +537,7 @@ class ClientConnection:
             raise ProtocolError("CONTINUATION without HEADERS before it")
         # Other types are extensions: ignored (RFC 9113 §5.5).
 
-    def _stream_for(self, stream_id: int, what: str) -> _Stream | None:
+    def _stream_for(self, stream_id: int, what: str, events: list[Event]) -> _Stream | None:
         """The open stream a frame from the origin is for; None for a stream this side reset or
         one closed both ways (the frame is dropped); a ProtocolError for any other."""
         stream = self.streams.get(stream_id)
@@ -551,13 +551,15 @@ class ClientConnection:
             raise ProtocolError(f"{what} on stream {stream_id}, which the origin cannot open")
         if stream_id >= self._next_stream_id:
             raise ProtocolError(f"{what} on stream {stream_id}, never opened")
-        if stream is not None:  # half-closed: its response has ended, its request has not
-            raise ProtocolError(f"{what} on stream {stream_id}, which has ended", STREAM_CLOSED)
-        # A stream closed for good: ended both ways, or reset so long ago that it is no longer
-        # remembered. A stream error, not the connection's (RFC 9113 §5.1, §6.1): the frame is
-        # dropped, and the origin told once.
+        # A stream the origin has ended (its request may still be going out), or one closed for
+        # good: ended both ways, or reset so long ago that it is no longer remembered. A stream
+        # error, not the connection's (RFC 9113 §5.1, §6.1): the frame is dropped, the origin
+        # told once, and a stream still open this side closes (its complete response stands).
         self._frame(RST_STREAM, 0, stream_id, _U32.pack(STREAM_CLOSED))
         self._remember_reset(stream_id)
+        if stream is not None:
+            del self.streams[stream_id]
+            events.append(StreamReset(stream_id, STREAM_CLOSED))
         return None
 
     def _receive_data(
@@ -567,7 +569,7 @@ class ClientConnection:
         if size > self.receive_window:
             raise ProtocolError("DATA beyond the connection's window", FLOW_CONTROL_ERROR)
         self.receive_window -= size
-        stream = self._stream_for(stream_id, "DATA")
+        stream = self._stream_for(stream_id, "DATA", events)
         if stream is None:
             self.acknowledge_received_data(size, stream_id)  # a reset stream's: given back now
             return
@@ -618,7 +620,7 @@ class ClientConnection:
     def _head(self, flags: int, stream_id: int, block: bytes, events: list[Event]) -> None:
         # Decoded whatever the stream: the HPACK table is the connection's.
         fields = self.decoder.decode(block, raw=True)
-        stream = self._stream_for(stream_id, "HEADERS")
+        stream = self._stream_for(stream_id, "HEADERS", events)
         if stream is None:
             return
         end_stream = bool(flags & END_STREAM)

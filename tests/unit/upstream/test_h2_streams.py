@@ -346,3 +346,47 @@ async def test_what_a_connection_holds_unread_is_bounded(monkeypatch: pytest.Mon
     await link.settle()
     assert link.upstream._unread == 0
     assert link.server.outbound_flow_control_window > 0  # what nobody read came back
+
+
+async def test_a_stream_refused_between_the_chunks_of_a_body_goes_back_to_the_pool() -> None:
+    # The body's source is between chunks (not waiting for a window) when the origin refuses
+    # the stream, and the body ends after that: the pool was told "unanswered", and the
+    # exchange says the same (any other error would fail a request the pool is sending again).
+    link = Link()
+    await link.settle()
+    request = post(b"")
+    more = asyncio.Event()
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"first"
+        await more.wait()  # then the body ends: only END_STREAM is left to send
+
+    request.body_stream = body()
+    task = link.exchange(1, request)
+    await link.settle()
+    link.server.reset_stream(1, REFUSED_STREAM)
+    await link.settle()
+    more.set()
+    await link.settle()
+    with pytest.raises(Unanswered):
+        task.result()
+    assert link.books.told == [("unanswered", [1], False)]
+
+
+async def test_a_kept_response_its_reader_abandons_gives_the_window_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(upstream_h2, "UNREAD_LIMIT", 0)  # every byte owed to the connection
+    link, task = await upload_waiting_for_window()
+    link.server.send_headers(1, [(b":status", b"413"), (b"content-length", b"4")])
+    link.server.send_data(1, b"nope", end_stream=True)
+    link.server.reset_stream(1, NO_ERROR)
+    await link.settle()
+    response = task.result()
+    assert link.upstream._unread == 4
+    owed_before = link.upstream.h2._connection_unacknowledged
+    response.abort()  # the client left before reading it
+    await link.settle()
+    assert link.upstream._unread == 0
+    assert link.upstream.h2._connection_unacknowledged == owed_before + 4
+    assert link.books.told == [("done", 1, True)]  # reported once

@@ -391,6 +391,20 @@ def test_frames_on_a_stream_closed_both_ways_are_dropped_with_a_reset() -> None:
     assert client.receive_data(response)[0] == ResponseReceived(3, 204, [], True)
 
 
+def test_frames_on_a_stream_the_origin_has_ended_reset_only_that_stream() -> None:
+    # Half-closed (remote): its response has ended, its request body is still going out. More
+    # from the origin on it is a stream error (RFC 9113 §5.1): the stream is reset, its
+    # response stands, and the connection carries on.
+    client = raw_client()
+    client.send_headers(1, POST, end_stream=False)
+    client.data_to_send()
+    assert client.receive_data(_head([(b":status", b"413")], 0x5))[-1] == StreamEnded(1)
+    assert client.receive_data(frame(0, 0, 1, b"more")) == [StreamReset(1, STREAM_CLOSED)]
+    out = client.data_to_send()
+    assert frame(3, 0, 1, struct.pack(">I", STREAM_CLOSED)) in out
+    assert not has_goaway(out) and client.open_streams == 0
+
+
 def test_a_stream_reset_long_ago_does_not_take_the_connection_down() -> None:
     # Only the last RESET_MEMORY resets are remembered; a late frame on an older one is dropped
     # as for any closed stream.
