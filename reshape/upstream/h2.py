@@ -338,11 +338,13 @@ class H2Upstream:
             if not response._ended:
                 raise UpstreamError("the stream closed while the request was sent") from None
         except ProtocolError as e:
-            if self._forget(stream_id) is None and response._error is not None:
+            forgotten = self._forget(stream_id)
+            if forgotten is None and response._error is not None:
                 raise response._error from None  # it had ended, as the pool was told
             self._drop_unread(response)
             response.finished = True
-            self.listener.request_done(waiter_id, True)
+            if forgotten is not None:
+                self.listener.request_done(waiter_id, True)
             if not self.closed:
                 self.h2.reset_stream(stream_id, CANCEL)  # its head may have gone out
                 self._flush()

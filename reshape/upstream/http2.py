@@ -538,8 +538,9 @@ class ClientConnection:
         # Other types are extensions: ignored (RFC 9113 §5.5).
 
     def _stream_for(self, stream_id: int, what: str, events: list[Event]) -> _Stream | None:
-        """The open stream a frame from the origin is for; None for a stream this side reset or
-        one closed both ways (the frame is dropped); a ProtocolError for any other."""
+        """The open stream a frame from the origin is for; None for a stream this side reset,
+        closed both ways, or already ended by the origin (the frame is dropped; the last two
+        are reset); a ProtocolError for a stream that cannot exist."""
         stream = self.streams.get(stream_id)
         if stream is not None and not stream.remote_ended:
             return stream
