@@ -604,6 +604,18 @@ def test_refused_streams_go_again_on_the_same_connection(idempotent: bool) -> No
     assert pool.requests_unanswered(1, [1], 1.0) == expected
 
 
+def test_an_h2_request_that_never_left_costs_no_attempt() -> None:
+    # Bounced before a byte of it left (the origin's stream limit, announced late, reached on
+    # the connection the request was handed to), again and again: it still goes again.
+    pool = make()
+    pool.request(1, 0.0, idempotent=False)
+    assert pool.connection_ready(1, H2, 0.0, max_streams=10) == [Assign(1, 1, NEW, 0.0)]
+    for _ in range(MAX_ATTEMPTS + 1):
+        actions = pool.requests_unanswered(1, [1], 1.0, never_sent=True)
+        assert actions[0] == Retry(1) and Fail(1, FailReason.RETRIES_EXHAUSTED) not in actions
+        assert actions[1:] == [Assign(1, 1, REUSED, 0.0)]
+
+
 def test_an_h1_request_that_never_left_goes_to_another_connection() -> None:
     pool = make(max_connections=2, pipeline_depth=3)
     busy_h1(pool, 2)
@@ -1566,11 +1578,11 @@ class PoolMachine(RuleBasedStateMachine):
         )
         conn = self.conns[conn_id]
         unanswered = self._draw_unanswered(data, conn)
-        if conn.proto is H1:  # the connection is done; if they never left, the attempt is free
+        if conn.proto is H1:  # the connection is done
             conn.draining = True
-            if never_sent:
-                for w in unanswered:
-                    self.waiters[w].attempts -= 1
+        if never_sent:  # not a byte of them left: the attempt is free
+            for w in unanswered:
+                self.waiters[w].attempts -= 1
         for w in unanswered:
             conn.in_flight.remove(w)
             self.waiters[w].status = "unanswered"
