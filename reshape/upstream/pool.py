@@ -592,9 +592,9 @@ class HostPool:
             return []
         if conn.proto is Proto.H1 and conn.up:
             conn.drain(CloseReason.SERVER_CLOSED)
-        if never_sent and (conn.proto is Proto.H2 or conn.up):
-            # Not a byte of them left (an HTTP/2 connection draining or at the origin's stream
-            # limit, a closed HTTP/1.1 one): going again costs them no attempt.
+        if never_sent:
+            # Not a byte of them left (a closed HTTP/1.1 connection, an HTTP/2 one draining or
+            # at the origin's stream limit): going again costs them no attempt.
             for waiter_id in set(waiter_ids) & conn.in_flight.keys():
                 conn.in_flight[waiter_id].attempts -= 1
         # HTTP/2 says these were not processed (REFUSED_STREAM, above a GOAWAY's last stream);
