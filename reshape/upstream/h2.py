@@ -411,6 +411,11 @@ class H2Upstream:
         # for a response already finished with the stream (one kept after a reset) that its
         # reader abandons.
         self._drop_unread(response)
+        self._release(response, reusable=reusable)
+
+    def _release(self, response: H2Response, *, reusable: bool) -> None:
+        """The stream is done with (its response may still be read): its slot goes back to the
+        pool, once, and a draining connection closes after its last stream."""
         if response.finished:
             return
         response.finished = True
@@ -493,10 +498,7 @@ class H2Upstream:
                 if response._ended and response._error is None:
                     # After its response ended (RFC 9113 §8.1: NO_ERROR asks to stop sending
                     # the request): the response stands; the stream's slot goes back.
-                    response.finished = True
-                    waiter_id = self._forget(event.stream_id)
-                    if waiter_id is not None:
-                        self.listener.request_done(waiter_id, True)
+                    self._release(response, reusable=True)
                     return
                 refused = event.error_code == REFUSED_STREAM and not response.head.done()
                 error = (Unanswered if refused else UpstreamError)(
