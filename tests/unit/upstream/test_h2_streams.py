@@ -139,6 +139,21 @@ async def upload_waiting_for_window() -> tuple[Link, asyncio.Task[H2Response]]:
     return link, task
 
 
+async def a_get_at_the_origin() -> tuple[Link, asyncio.Task[H2Response]]:
+    """A GET that has reached the origin, which has not answered yet."""
+    link = Link()
+    await link.settle()
+    task = link.exchange(1, get())
+    await link.settle()
+    return link, task
+
+
+def answer_in_full(server: h2.connection.H2Connection, body: bytes) -> None:
+    """The origin's whole response to stream 1, with its length."""
+    server.send_headers(1, [(b":status", b"200"), (b"content-length", str(len(body)).encode())])
+    server.send_data(1, body, end_stream=True)
+
+
 async def body_of(response: H2Response) -> bytes:
     body = b""
     while chunk := await response.read():
@@ -198,10 +213,7 @@ async def test_a_goaway_under_a_body_sends_the_request_elsewhere() -> None:
 async def test_a_goaway_spares_a_stream_already_answered() -> None:
     # Its response head says the origin processed it, whatever the GOAWAY's last stream id:
     # sent again, an idempotent request would reach it twice.
-    link = Link()
-    await link.settle()
-    task = link.exchange(1, get())
-    await link.settle()
+    link, task = await a_get_at_the_origin()
     link.server.send_headers(1, [(b":status", b"200")])
     link.server.send_data(1, b"part")
     await link.settle()
@@ -254,12 +266,8 @@ async def test_a_request_that_breaks_after_its_head_is_reset() -> None:
 async def test_a_complete_response_outlives_its_connection() -> None:
     # The origin answered in full, then closed (nginx after keepalive_requests): the response,
     # not yet read, is delivered whole and ends cleanly.
-    link = Link()
-    await link.settle()
-    task = link.exchange(1, get())
-    await link.settle()
-    link.server.send_headers(1, [(b":status", b"200"), (b"content-length", b"5")])
-    link.server.send_data(1, b"whole", end_stream=True)
+    link, task = await a_get_at_the_origin()
+    answer_in_full(link.server, b"whole")
     await link.settle()
     response = task.result()
     link.wire.eof_received()
@@ -269,12 +277,8 @@ async def test_a_complete_response_outlives_its_connection() -> None:
 
 
 async def test_a_response_completed_before_a_protocol_error_is_delivered() -> None:
-    link = Link()
-    await link.settle()
-    task = link.exchange(1, get())
-    await link.settle()
-    link.server.send_headers(1, [(b":status", b"200"), (b"content-length", b"2")])
-    link.server.send_data(1, b"ok", end_stream=True)
+    link, task = await a_get_at_the_origin()
+    answer_in_full(link.server, b"ok")
     complete = link.server.data_to_send()
     bad_ping = b"\x00\x00\x05\x06\x00\x00\x00\x00\x00short"  # a PING must be 8 bytes long
     link.wire.data_received(complete + bad_ping)
@@ -295,22 +299,32 @@ def fill_windows(server: h2.connection.H2Connection, stream_ids: tuple[int, ...]
     return sent
 
 
-async def test_slow_readers_do_not_stall_the_other_streams() -> None:
-    # Three clients read nothing of their large responses: each stream's window fills (6 MB),
-    # 18 MB in all, more than the connection's window (16 MB). The connection's window came
-    # back as the data arrived, so a fourth client's response still flows.
-    link = Link()
+async def four_responses_begun(link: Link) -> list[H2Response]:
+    """Four GETs on the connection, each answered with a head (streams 1, 3, 5 and 7)."""
     await link.settle()
     tasks = [link.exchange(i, get(f"/{i}".encode())) for i in range(4)]
     await link.settle()
     for stream_id in (1, 3, 5, 7):
         link.server.send_headers(stream_id, [(b":status", b"200")])
     await link.settle()
-    responses = [task.result() for task in tasks]
+    return [task.result() for task in tasks]
+
+
+async def send_what_the_windows_allow(link: Link, stream_ids: tuple[int, ...]) -> None:
+    """The origin sends the streams data until the windows let it send no more."""
     for _ in range(40):
-        if not fill_windows(link.server, (1, 3, 5)):
+        if not fill_windows(link.server, stream_ids):
             break
         await link.settle()
+
+
+async def test_slow_readers_do_not_stall_the_other_streams() -> None:
+    # Three clients read nothing of their large responses: each stream's window fills (6 MB),
+    # 18 MB in all, more than the connection's window (16 MB). The connection's window came
+    # back as the data arrived, so a fourth client's response still flows.
+    link = Link()
+    responses = await four_responses_begun(link)
+    await send_what_the_windows_allow(link, (1, 3, 5))
     assert all(link.server.local_flow_control_window(s) == 0 for s in (1, 3, 5))
     assert link.server.local_flow_control_window(7) > 0
     link.server.send_data(7, b"still flowing", end_stream=True)
@@ -328,21 +342,13 @@ async def test_what_a_connection_holds_unread_is_bounded(monkeypatch: pytest.Mon
     # it buffer at most that plus one connection window.
     monkeypatch.setattr(upstream_h2, "UNREAD_LIMIT", 1 << 20)
     link = Link()
-    await link.settle()
-    tasks = [link.exchange(i, get(f"/{i}".encode())) for i in range(4)]
-    await link.settle()
-    for stream_id in (1, 3, 5, 7):
-        link.server.send_headers(stream_id, [(b":status", b"200")])
-    await link.settle()
-    for _ in range(40):
-        if not fill_windows(link.server, (1, 3, 5, 7)):
-            break
-        await link.settle()
+    responses = await four_responses_begun(link)
+    await send_what_the_windows_allow(link, (1, 3, 5, 7))
     unread = link.upstream._unread
     assert unread <= (1 << 20) + (16 << 20) + link.server.max_outbound_frame_size
     assert link.server.outbound_flow_control_window == 0  # the connection waits for readers
-    for task in tasks:
-        task.result().abort()
+    for response in responses:
+        response.abort()
     await link.settle()
     assert link.upstream._unread == 0
     assert link.server.outbound_flow_control_window > 0  # what nobody read came back
