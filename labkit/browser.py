@@ -70,6 +70,7 @@ class ResourceTiming:
     url: str
     initiator_type: str
     start_ms: float
+    request_start_ms: float
     response_start_ms: float
     response_end_ms: float
     next_hop_protocol: str
@@ -423,6 +424,7 @@ def _page_load(url: str, result: dict[str, object]) -> PageLoad:
                 entry["name"],
                 entry["initiatorType"],
                 float(entry["startTime"]),
+                float(entry["requestStart"]),
                 float(entry["responseStart"]),
                 float(entry["responseEnd"]),
                 entry["nextHopProtocol"],

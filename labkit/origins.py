@@ -248,6 +248,8 @@ http {{
         root {_quote(root)};{tls_lines}
 
         location / {{
+            # Resource Timing's request and response times for cross-origin pages too.
+            add_header Timing-Allow-Origin "*" always;
         }}
     }}
 }}

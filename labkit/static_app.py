@@ -10,6 +10,9 @@ conditional requests are answered in full.
 
 Besides files, a POST to a path under `/echo/` is answered 200 with the request's body, so a page
 can make POST requests that succeed (nginx answers POST to a static file with 405).
+
+Both answers carry `Timing-Allow-Origin: *`, as the nginx origin's do, so that a page on another
+origin sees their request and response times in Resource Timing.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ CONTENT_TYPES: dict[str, str] = {
     ".wasm": "application/wasm",
 }
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
+TIMING_ALLOW_ORIGIN = (b"timing-allow-origin", b"*")
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -106,6 +110,7 @@ class StaticFiles:
                     (b"content-length", str(len(body)).encode()),
                     (b"last-modified", formatdate(mtime, usegmt=True).encode()),
                     (b"etag", b'"%x-%x"' % (mtime, len(body))),
+                    TIMING_ALLOW_ORIGIN,
                 ],
             }
         )
@@ -130,6 +135,7 @@ async def _echo(scope: Scope, receive: Receive, send: Send) -> None:
             "headers": [
                 (b"content-type", request_type),
                 (b"content-length", str(len(body)).encode()),
+                TIMING_ALLOW_ORIGIN,
             ],
         }
     )

@@ -111,9 +111,13 @@ class Run:
 
 def _load_record(record: dict[str, Any]) -> dict[str, Any]:
     """A load's record as `Load` takes it. Records from before `origin_connections_new` counted
-    only new origin connections, in `origin_connections` (a warm pool's showed as 0)."""
+    only new origin connections, in `origin_connections` (a warm pool's showed as 0); records
+    from before 2026-12-02 have no request start in their timings (0: not known)."""
     if "origin_connections_new" not in record:
-        return {**record, "origin_connections_new": record["origin_connections"]}
+        record = {**record, "origin_connections_new": record["origin_connections"]}
+    timings = record.get("timings", [])
+    if timings and len(timings[0]) == 4:
+        record = {**record, "timings": [[url, start, 0.0, *rest] for url, start, *rest in timings]}
     return record
 
 

@@ -78,8 +78,9 @@ class Load:
     preconnects_unused: int = 0
     protocols: dict[str, int] = field(default_factory=dict)  # per response, as Chromium saw it
     browser_connection_ids: int = 0  # distinct connection ids in Chromium's responses
-    # Resource Timing per subresource: [url, startTime, responseStart, responseEnd] in ms.
-    timings: list[tuple[str, float, float, float]] = field(default_factory=list)
+    # Resource Timing per subresource: [url, startTime, requestStart, responseStart,
+    # responseEnd] in ms.
+    timings: list[tuple[str, float, float, float, float]] = field(default_factory=list)
     # Navigation Timing of the page itself: [connectEnd, requestStart, responseStart,
     # responseEnd] in ms, when Resource Timing was asked for.
     navigation: tuple[float, float, float, float] | None = None
@@ -359,7 +360,8 @@ def _measure(
         load.protocols = dict(Counter(r.protocol or "?" for r in loaded.resources))
         load.browser_connection_ids = len({r.connection_id for r in loaded.resources})
         load.timings = [
-            (t.url, t.start_ms, t.response_start_ms, t.response_end_ms) for t in loaded.timings
+            (t.url, t.start_ms, t.request_start_ms, t.response_start_ms, t.response_end_ms)
+            for t in loaded.timings
         ]
         nav = loaded.navigation
         if nav is not None:

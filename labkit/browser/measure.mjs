@@ -6,6 +6,8 @@
 // result:  {ok: true, loadMs, fcpMs, resources: [{url, status, sha256, size, method, protocol,
 //           connectionId}], failures: [text], doneMs?, timings?: [PerformanceResourceTiming],
 //           navigation?: {connectEnd, requestStart, responseStart, responseEnd}}
+// A cross-origin timing's requestStart and responseStart are 0 unless its origin sends
+// Timing-Allow-Origin (the lab's origins do: labkit/origins.py, labkit/static_app.py).
 // Without bodies, sha256 is empty and size is the sum of the decoded bytes Chromium reported as
 // they arrived (DevTools Network.dataReceived), which costs far less than reading bodies back.
 import { createHash } from 'node:crypto';
@@ -130,6 +132,7 @@ export async function measure(context, page, request) {
         name: entry.name,
         initiatorType: entry.initiatorType,
         startTime: entry.startTime,
+        requestStart: entry.requestStart,
         responseStart: entry.responseStart,
         responseEnd: entry.responseEnd,
         nextHopProtocol: entry.nextHopProtocol,
