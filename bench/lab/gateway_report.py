@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from statistics import median
 
@@ -76,7 +77,7 @@ def gateway_tables(run: Run) -> dict[str, str]:
                 row[DETAIL_HEADER.index("proxy CPU ms")] = _ms(cpu.get(cell))
             row[DETAIL_HEADER.index("peak/host")] = new.get(cell, "-")
             detail.append(row)
-        phases = phase_table(run, page)
+        phases = "\n\n".join(t for t in (phase_table(run, page), step_table(run, page)) if t)
         out[page] = (
             "Load time, ms: median (interval of the median)\n\n"
             + markdown_table(header, times)
@@ -114,29 +115,83 @@ def phase_table(run: Run, page: str) -> str:
         phase_end: dict[str, float] = {"document": min(t[1] for t in load.timings)}
         if load.navigation is not None:
             phase_end["connected"], _, phase_end["HTML 1st byte"], _ = load.navigation
-        for url, _, _, end in load.timings:
+        for url, _, _, _, end in load.timings:
             phase = phase_of(page, url)
             if phase is not None:
                 phase_end[phase] = max(phase_end.get(phase, 0.0), end)
         ends.setdefault(load.cell, []).append(phase_end)
     columns = ("connected", "HTML 1st byte", "document", *names)
-    header = ["origins", "RTT", "config", *columns]
-    rows = []
-    for variant in run.experiment.variants:
-        for link in run.experiment.links:
-            for config in configs_in(run):
-                loads = ends.get(Cell(variant, page, config, link), [])
-                row = [variant, link, run.label(config)]
-                for name in columns:
-                    values = [e[name] for e in loads if name in e]
-                    row.append(f"{median(values):,.0f}" if values else "-")
-                rows.append(row)
     return (
         "<details><summary>when each phase ended, ms (medians; `connected`: the HTML's "
         "connection ready (TCP and TLS; through a proxy, the tunnel and TLS); `HTML 1st byte`: "
         "its first byte back; `document`: the first subresource's start, i.e. the HTML has "
-        "arrived)</summary>\n\n" + markdown_table(header, rows) + "\n\n</details>"
+        "arrived)</summary>\n\n"
+        + markdown_table(
+            ["origins", "RTT", "config", *columns], _median_rows(run, page, ends, columns)
+        )
+        + "\n\n</details>"
     )
+
+
+def step_table(run: Run, page: str) -> str:
+    """Per phase of the page, two figures per cell from Resource Timing (medians over loads):
+    the phase's wait, its requests' median time from request sent to first byte back (the
+    round trip, the origin, and a proxy's work on both legs), and its start-up, from the
+    phase's first resource asked for to its first request sent (connections not yet open:
+    direct, new TCP and TLS to the origin; through a proxy, the tunnel and TLS to the proxy).
+    Needs the origins' Timing-Allow-Origin (labkit's send it) for cross-origin phases."""
+    names = PHASES.get(page)
+    if not names:
+        return ""
+    waits: dict[Cell, list[dict[str, float]]] = {}
+    startups: dict[Cell, list[dict[str, float]]] = {}
+    for load in run.loads:
+        if load.page != page or load.error is not None or not load.timings:
+            continue
+        by_phase: dict[str, list[tuple[float, float, float]]] = {}
+        for url, start, request_start, response_start, _ in load.timings:
+            phase = phase_of(page, url)
+            if phase is not None and 0 < request_start <= response_start:
+                by_phase.setdefault(phase, []).append((start, request_start, response_start))
+        waits.setdefault(load.cell, []).append(
+            {name: median(rs - rq for _, rq, rs in got) for name, got in by_phase.items()}
+        )
+        startups.setdefault(load.cell, []).append(
+            {
+                name: min(rq for _, rq, _ in got) - min(start for start, _, _ in got)
+                for name, got in by_phase.items()
+            }
+        )
+    header = ["origins", "RTT", "config", *names]
+    return (
+        "<details><summary>each phase's exchanges, ms (medians over loads): `wait`, its "
+        "requests' median time from request sent to first byte back (Resource Timing's "
+        "responseStart − requestStart: the round trip, the origin, a proxy's work on both "
+        "legs); `start-up`, from its first resource asked for to its first request sent "
+        "(connections to open: direct, TCP and TLS to a new origin; through a proxy, the "
+        "tunnel and TLS to the proxy)</summary>\n\nwait\n\n"
+        + markdown_table(header, _median_rows(run, page, waits, names))
+        + "\n\nstart-up\n\n"
+        + markdown_table(header, _median_rows(run, page, startups, names))
+        + "\n\n</details>"
+    )
+
+
+def _median_rows(
+    run: Run, page: str, values: dict[Cell, list[dict[str, float]]], columns: Sequence[str]
+) -> list[list[str]]:
+    """One row per cell of `page`: the median over its loads of each column's value."""
+    rows = []
+    for variant in run.experiment.variants:
+        for link in run.experiment.links:
+            for config in configs_in(run):
+                loads = values.get(Cell(variant, page, config, link), [])
+                row = [variant, link, run.label(config)]
+                for name in columns:
+                    found = [v[name] for v in loads if name in v]
+                    row.append(f"{median(found):,.0f}" if found else "-")
+                rows.append(row)
+    return rows
 
 
 def gateway_overview(run: Run) -> str:

@@ -11,7 +11,11 @@ import pytest
 from bench.lab.cli import parse_args
 from bench.lab.experiments import UnknownConfigError, experiment
 from bench.lab.gateway import POOLED_POLICY, hints_policy, learned_policy
+from bench.lab.gateway_report import step_table
+from bench.lab.network import Config
 from bench.lab.profile import Profile, area_of
+from bench.lab.report import Run, _load_record
+from bench.lab.runner import Load
 from bench.lab.sites import GATEWAY_PAGES, HOSTS, PHASES, build_pages, phase_of
 from reshape.policy.loader import load_policy_file
 from tests.bench.test_lab_quick import _quick_run
@@ -46,6 +50,45 @@ def test_a_part_of_the_gateway_names_only_what_it_has(tmp_path: Path) -> None:
     assert [c.name for c in part.configs(tmp_path, {})] == ["direct", "mitmdump"]
     with pytest.raises(UnknownConfigError, match="squid"):
         dataclasses.replace(part, only_configs=("squid",)).configs(tmp_path, {})
+
+
+def _app_load(config: str, css: tuple[float, float, float], tiles: list[tuple[float, ...]]) -> Load:
+    """A load of the app page whose stylesheet and first tiles were asked for, sent and
+    answered at these times (start, request start, response start)."""
+    base = "https://127.0.0.16:1/h2/app"
+    timings = [(f"{base}/app.css", *css, css[2] + 1)]
+    timings += [(f"{base}/tile-{i:03}.png", *t, t[2] + 1) for i, t in enumerate(tiles)]
+    return Load("h2", "app", config, "200 ms", 0, plt_ms=1.0, timings=timings)
+
+
+def test_step_table_gives_each_phases_wait_and_start_up() -> None:
+    loads = [
+        # Direct: the tiles' host is new, two round trips of TCP and TLS before the requests.
+        _app_load("direct", (600, 610, 815), [(850, 1260, 1470), (851, 1262, 1480)]),
+        # Through the pool: a tunnel and TLS to the proxy, then a longer wait per request.
+        _app_load("reshape-pooled", (250, 265, 480), [(500, 550, 780), (501, 552, 802)]),
+        # A cross-origin timing without Timing-Allow-Origin (request start 0) is not counted.
+        _app_load("reshape-pooled", (250, 265, 480), [(500, 0, 0), (500, 550, 800)]),
+    ]
+    configs = [Config("direct", "direct"), Config("reshape-pooled", "reshape", label="pooled")]
+    run = Run(experiment("gateway"), "", "", 0.0, loads, configs, {}, {})
+    table = step_table(run, "app")
+    wait, start_up = table.split("\n\nstart-up\n\n")
+    rows = {line.split("|")[3].strip(): line for line in wait.splitlines() if "200 ms" in line}
+    assert [c.strip() for c in rows["direct"].split("|")[4:6]] == ["205", "214"]
+    # Medians: of each load's waits (230 and 250 | 250), then over the loads.
+    assert [c.strip() for c in rows["pooled"].split("|")[4:6]] == ["215", "245"]
+    rows = {line.split("|")[3].strip(): line for line in start_up.splitlines() if "200 ms" in line}
+    assert [c.strip() for c in rows["direct"].split("|")[4:6]] == ["10", "410"]
+    assert [c.strip() for c in rows["pooled"].split("|")[4:6]] == ["15", "50"]
+
+
+def test_a_load_recorded_before_request_starts_were_kept_reads_as_unknown() -> None:
+    old = dataclasses.asdict(Load("h2", "app", "direct", "200 ms", 0))
+    old["timings"] = [["https://127.0.0.16:1/h2/app/app.css", 600.0, 815.0, 816.0]]
+    assert Load(**_load_record(old)).timings == [
+        ["https://127.0.0.16:1/h2/app/app.css", 600.0, 0.0, 815.0, 816.0]
+    ]
 
 
 def test_news6_is_the_issues_page(tmp_path: Path) -> None:
@@ -151,8 +194,12 @@ def test_quick_gateway_keeps_the_pool_warm_across_users(tmp_path: Path) -> None:
         # and last bytes back.
         connected, request_start, first_byte, last_byte = load["navigation"]
         assert 0 < connected <= request_start <= first_byte <= last_byte, load["navigation"]
+        # Every subresource's exchange is timed, the other origins' too (Timing-Allow-Origin).
+        for url, start, request_start, response_start, end in load["timings"]:
+            assert 0 < start <= request_start <= response_start <= end, (url, load["config"])
     assert "Issue 17's targets" in stdout
     assert "HTML 1st byte" in stdout
+    assert "each phase's exchanges" in stdout
     assert "Profile of the pooled proxy" in stdout and "Top 25 functions by self time" in stdout
     assert "Proxy CPU per load" in stdout
     assert "new origin conns" in stdout
