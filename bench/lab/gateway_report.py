@@ -1,9 +1,10 @@
 """Tables, charts and profile of the lab's `gateway` experiment (its section is report.py's).
 
 Per page: load time per origin variant, configuration and RTT (median and the interval of the
-median), the proxies' CPU per load (over each cell's repetitions, `GroupCpu`), and every cell's
-detail. The overview checks issue 17's targets (`gateway.TARGETS`) cell by cell; with --profile,
-the pooled proxy's py-spy breakdown follows.
+median), the proxies' CPU per load (over each cell's repetitions, `GroupCpu`), when each phase
+of the page ended, each phase's wait for first bytes and start-up (Resource Timing), and every
+cell's detail. The overview checks issue 17's targets (`gateway.TARGETS`) cell by cell; with
+--profile, the pooled proxy's py-spy breakdown follows.
 """
 
 from __future__ import annotations
