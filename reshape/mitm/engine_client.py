@@ -6,7 +6,7 @@ HTTP events (`ReceiveHttp` of ResponseHeaders, ResponseData, ResponseTrailers,
 ResponseEndOfMessage, or ResponseProtocolError). For a request reshape's engine carries, the
 server connection is an `EngineServer`: no socket, one per destination per `HttpLayer`, and this
 layer is its whole stack. It turns the request events into an `Exchange` for the engine and the
-engine's answer, which arrives as `EngineResponse` events injected by the exchange's driver
+engine's answers, which arrive as `EngineResponses` events injected by the exchange's driver
 (reshape/mitm/engine_channel.py), back into response events. No bytes are encoded or parsed here:
 the engine speaks HTTP/1.1 or HTTP/2 to the origin, mitmproxy to the client.
 
@@ -18,7 +18,7 @@ given.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from mitmproxy import connection, http
@@ -89,25 +89,33 @@ class InterimResponse(HttpEvent):
 
 
 @dataclass
-class EngineResponse(events.ConnectionEvent):
-    """What the engine has for one stream: HTTP events in order, injected by the driver."""
+class StreamResponse:
+    """What the engine has for one stream: HTTP events in order."""
 
-    stream_id: int = 0
-    http_events: Sequence[HttpEvent] = field(default_factory=list)
+    stream_id: int
+    http_events: Sequence[HttpEvent]
     # Called when the events have been handed to the stream: whether the stream still wants
     # more (False: it is gone, e.g. its client reset it; the driver stops reading).
     delivered: Callable[[bool], None] | None = None
+
+
+@dataclass
+class EngineResponses(events.ConnectionEvent):
+    """What the engine has for streams of the connection, injected by the driver: the answers
+    that arrived in one turn of the event loop (an origin's packet often completes several),
+    handed to their streams in order in one pass through the layers."""
+
+    responses: Sequence[StreamResponse] = ()
     # The writes it causes may wait for the end of the event loop's turn, to leave in one
-    # system call with those of other responses that arrived in the same turn
-    # (reshape/mitm/patches/inline_hooks.py).
+    # system call with those of other passes of that turn (reshape/mitm/patches/inline_hooks.py).
     writes_may_wait: ClassVar[bool] = True
 
     def __repr__(self) -> str:
-        return f"EngineResponse({self.stream_id}, {self.http_events!r})"
+        return f"EngineResponses({self.responses!r})"
 
 
 class HeldOutput(Protocol):
-    """The client connection's output, held while one `EngineResponse` passes to the streams
+    """The client connection's output, held while an `EngineResponses` passes to the streams
     (reshape/mitm/patches/h2_held_output.py)."""
 
     def hold(self) -> None:
@@ -124,8 +132,8 @@ class EngineClient(layer.Layer):
     """The only layer of an `EngineServer` connection. `flows` tells which streams of the
     HttpLayer still exist, so that answers for a stream that is gone are dropped and stop the
     exchange. `client_output`, if given, returns the client connection's output to hold while
-    an answer passes (None: nothing to hold), so that what the answer makes the client's layer
-    send leaves in one `SendData` rather than one per event."""
+    answers pass (None: nothing to hold), so that what they make the client's layer send leaves
+    in one `SendData` rather than one per event."""
 
     def __init__(
         self,
@@ -186,7 +194,7 @@ class EngineClient(layer.Layer):
             abandoned = self.exchanges.pop(event.stream_id, None)
             if abandoned is not None:
                 self.starter.cancel(abandoned, event.message)
-        elif isinstance(event, EngineResponse):
+        elif isinstance(event, EngineResponses):
             yield from self._deliver(event)
         elif isinstance(event, events.ConnectionClosed):
             # The driver ended (the client connection is going away): nothing more comes.
@@ -205,24 +213,28 @@ class EngineClient(layer.Layer):
             exchange.started = True
             self.starter.start(exchange)
 
-    def _deliver(self, event: EngineResponse) -> layer.CommandGenerator[None]:
-        wanted = event.stream_id in self.exchanges and self.flow_of(event.stream_id) is not None
-        if wanted:
-            output = self.client_output()
+    def _deliver(self, event: EngineResponses) -> layer.CommandGenerator[None]:
+        output = None
+        try:
+            for response in event.responses:
+                stream_id = response.stream_id
+                wanted = stream_id in self.exchanges and self.flow_of(stream_id) is not None
+                if wanted:
+                    if output is None:
+                        output = self.client_output()
+                        if output is not None:
+                            output.hold()
+                    for http_event in response.http_events:
+                        yield ReceiveHttp(http_event)
+                        if isinstance(http_event, (ResponseEndOfMessage, ResponseProtocolError)):
+                            self.exchanges.pop(stream_id, None)
+                else:
+                    self.exchanges.pop(stream_id, None)  # the driver stops when told below
+                if response.delivered is not None:
+                    response.delivered(wanted and stream_id in self.exchanges)
+        finally:
             if output is not None:
-                output.hold()
-            try:
-                for http_event in event.http_events:
-                    yield ReceiveHttp(http_event)
-                    if isinstance(http_event, (ResponseEndOfMessage, ResponseProtocolError)):
-                        self.exchanges.pop(event.stream_id, None)
-            finally:
-                if output is not None:
-                    output.end_hold()
-            held = output.take() if output is not None else b""
-            if held:
-                yield commands.SendData(self.context.client, held)
-        else:
-            self.exchanges.pop(event.stream_id, None)  # the driver stops when told below
-        if event.delivered is not None:
-            event.delivered(wanted and event.stream_id in self.exchanges)
+                output.end_hold()
+        held = output.take() if output is not None else b""
+        if held:
+            yield commands.SendData(self.context.client, held)

@@ -14,8 +14,8 @@ hook sees these commands.
 While `HeldHttp2Output.hold()` is in force, `data_to_send` on that connection returns nothing:
 h2 keeps the frames in its own buffer, in order. After `end_hold()`, `take()` returns them all,
 for the caller to send as one `SendData` from where the HTTP/2 layer sits (the engine's
-layer, reshape/mitm/engine_client.py, which holds the client's output while it hands one
-`EngineResponse` to the streams). Nothing is reordered: every frame the connection writes goes
+layer, reshape/mitm/engine_client.py, which holds the client's output while it hands an
+`EngineResponses` to the streams). Nothing is reordered: every frame the connection writes goes
 through the one buffer, and what was kept during the hold is still there at the end (also if the
 pass broke off: the connection's next send takes it). Only mitmproxy's `BufferedH2Connection`
 (its HTTP/2 client and server connections) is changed; a connection nobody holds behaves as

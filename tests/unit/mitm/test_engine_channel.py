@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 import pytest
 from mitmproxy import http
+from mitmproxy.proxy.layers.http._events import ResponseData
 from mitmproxy.test import tflow
 
-from reshape.mitm.engine_channel import mitmproxy_response, trailer_fields, upstream_request
-from reshape.mitm.engine_client import Exchange
+from reshape.mitm.engine_channel import (
+    EngineChannel,
+    mitmproxy_response,
+    trailer_fields,
+    upstream_request,
+)
+from reshape.mitm.engine_client import EngineResponses, EngineServer, Exchange
 from reshape.upstream.types import Headers
 
 
@@ -98,3 +105,60 @@ def test_the_host_field_and_hop_by_hop_fields_do_not_travel_as_fields() -> None:
         [(b"Host", b"origin.test"), (b"Keep-Alive", b"5"), (b"TE", b"trailers"), (b"X-A", b"1")],
     )
     assert upstream_request(exchange, None).headers == [(b"X-A", b"1")]
+
+
+class Layers:
+    """The client connection's handler as the channel sees it: every pass it is given."""
+
+    def __init__(self, unwanted: frozenset[int] = frozenset(), reached: int = 99) -> None:
+        self.passes: list[EngineResponses] = []
+        self.unwanted = unwanted
+        self.reached = reached  # how many of a pass's responses reach their stream
+
+    async def server_event(self, event: EngineResponses) -> None:
+        self.passes.append(event)
+        for response in event.responses[: self.reached]:
+            assert response.delivered is not None
+            response.delivered(response.stream_id not in self.unwanted)
+
+
+def channel_to(layers: Layers) -> EngineChannel:
+    channel = EngineChannel(engine=None, server=EngineServer(address=("example.com", 443)))  # type: ignore[arg-type]
+    channel.handler = layers
+    return channel
+
+
+def test_what_the_exchanges_hand_over_in_one_turn_goes_in_one_pass_in_order() -> None:
+    layers = Layers(unwanted=frozenset({3}))
+    channel = channel_to(layers)
+
+    async def exchanges() -> list[bool]:
+        first = await asyncio.gather(
+            *(channel._inject(n, [ResponseData(n, b"x")]) for n in (1, 3, 5))
+        )
+        later = await channel._inject(7, [ResponseData(7, b"y")])
+        return [*first, later]
+
+    assert asyncio.run(exchanges()) == [True, False, True, True]
+    assert [[r.stream_id for r in p.responses] for p in layers.passes] == [[1, 3, 5], [7]]
+    assert [r.http_events for r in layers.passes[0].responses] == [
+        [ResponseData(n, b"x")] for n in (1, 3, 5)
+    ]
+
+
+def test_a_response_its_pass_never_reached_wants_nothing_more() -> None:
+    layers = Layers(reached=1)  # the pass broke off after the first
+    channel = channel_to(layers)
+
+    async def exchanges() -> list[bool]:
+        return await asyncio.gather(*(channel._inject(n, []) for n in (1, 3)))
+
+    assert asyncio.run(exchanges()) == [True, False]
+
+
+def test_nothing_is_handed_over_once_the_channel_is_closed() -> None:
+    layers = Layers()
+    channel = channel_to(layers)
+    channel.closed.set()
+    assert asyncio.run(channel._inject(1, [])) is False
+    assert layers.passes == []

@@ -26,7 +26,13 @@ from mitmproxy.proxy.layers.http._events import (
 )
 from mitmproxy.test import tflow
 
-from reshape.mitm.engine_client import EngineClient, EngineResponse, EngineServer, Exchange
+from reshape.mitm.engine_client import (
+    EngineClient,
+    EngineResponses,
+    EngineServer,
+    Exchange,
+    StreamResponse,
+)
 
 
 @dataclass
@@ -131,7 +137,9 @@ def test_the_engines_answer_becomes_response_events_for_its_stream() -> None:
         ResponseEndOfMessage(1),
     ]
     produced = list(
-        layer.handle_event(EngineResponse(layer.context.server, 1, answer, told.append))
+        layer.handle_event(
+            EngineResponses(layer.context.server, [StreamResponse(1, answer, told.append)])
+        )
     )
     assert [command.event for command in produced if isinstance(command, ReceiveHttp)] == answer
     assert told == [False]  # the response ended: the driver reads no more
@@ -143,7 +151,9 @@ def test_an_answer_for_a_stream_that_is_gone_is_dropped_and_stops_the_driver() -
     list(layer.handle_event(RequestHeaders(1, request_on(flows, 1), end_stream=True)))
     del flows[1]  # the HttpLayer dropped the stream (its client reset it)
     told: list[bool] = []
-    event = EngineResponse(layer.context.server, 1, [ResponseData(1, b"late")], told.append)
+    event = EngineResponses(
+        layer.context.server, [StreamResponse(1, [ResponseData(1, b"late")], told.append)]
+    )
     assert list(layer.handle_event(event)) == []
     assert told == [False]
 
@@ -195,7 +205,9 @@ def test_the_client_output_is_held_while_an_answer_passes_then_sent_in_one_piece
         ResponseEndOfMessage(1),
     ]
     produced = []
-    for command in layer.handle_event(EngineResponse(layer.context.server, 1, answer)):
+    for command in layer.handle_event(
+        EngineResponses(layer.context.server, [StreamResponse(1, answer)])
+    ):
         produced.append(command)
         if isinstance(command, ReceiveHttp):
             # What the client's layer sends for each event stays with it until the end.
@@ -220,11 +232,15 @@ def test_nothing_is_sent_when_nothing_was_kept_and_an_answer_nobody_wants_holds_
     layer, flows = held_layer(output)
     list(layer.handle_event(RequestHeaders(1, request_on(flows, 1), end_stream=True)))
     answer = [ResponseHeaders(1, http.Response.make(204, b""), end_stream=True)]
-    produced = list(layer.handle_event(EngineResponse(layer.context.server, 1, answer)))
+    produced = list(
+        layer.handle_event(EngineResponses(layer.context.server, [StreamResponse(1, answer)]))
+    )
     assert not any(isinstance(c, commands.SendData) for c in produced)
     assert output.log == ["hold", "end_hold", "take"]
     output.log.clear()
-    list(layer.handle_event(EngineResponse(layer.context.server, 7, answer)))  # no such stream
+    list(
+        layer.handle_event(EngineResponses(layer.context.server, [StreamResponse(7, answer)]))
+    )  # no such stream
     assert output.log == []
 
 
@@ -233,7 +249,48 @@ def test_the_hold_ends_even_when_the_pass_breaks_off() -> None:
     layer, flows = held_layer(output)
     list(layer.handle_event(RequestHeaders(1, request_on(flows, 1), end_stream=True)))
     answer = [ResponseData(1, b"a"), ResponseData(1, b"b")]
-    passing = layer.handle_event(EngineResponse(layer.context.server, 1, answer))
+    passing = layer.handle_event(EngineResponses(layer.context.server, [StreamResponse(1, answer)]))
     next(passing)
     passing.close()  # the pass crashed above the layer
     assert output.log == ["hold", "end_hold"]  # what was kept waits for the connection's next send
+
+
+def test_answers_for_several_streams_pass_in_order_under_one_hold_and_leave_as_one_send() -> None:
+    output = Output()
+    layer, flows = held_layer(output)
+    for stream_id in (1, 3, 5):
+        list(layer.handle_event(RequestHeaders(stream_id, request_on(flows, stream_id), True)))
+    del flows[3]  # its client reset it meanwhile
+    told: list[tuple[int, bool]] = []
+
+    def answer(stream_id: int, ended: bool) -> StreamResponse:
+        events_ = [
+            ResponseHeaders(stream_id, http.Response.make(200, b""), end_stream=False),
+            ResponseData(stream_id, b"body"),
+        ]
+        if ended:
+            events_.append(ResponseEndOfMessage(stream_id))
+        return StreamResponse(stream_id, events_, lambda wanted: told.append((stream_id, wanted)))
+
+    responses = [answer(1, ended=True), answer(3, ended=True), answer(5, ended=False)]
+    produced = []
+    for command in layer.handle_event(EngineResponses(layer.context.server, responses)):
+        produced.append(command)
+        if isinstance(command, ReceiveHttp):
+            output.log.append(f"{command.event.stream_id} {type(command.event).__name__}")
+            output.kept += b"<frames>"
+    assert output.log == [
+        "hold",
+        "1 ResponseHeaders",
+        "1 ResponseData",
+        "1 ResponseEndOfMessage",
+        "5 ResponseHeaders",
+        "5 ResponseData",
+        "end_hold",
+        "take",
+    ]
+    # 1 ended, 3 is gone (dropped, its driver stops), 5 wants the rest of its body.
+    assert told == [(1, False), (3, False), (5, True)]
+    assert list(layer.exchanges) == [5]
+    sends = [c for c in produced if isinstance(c, commands.SendData)]
+    assert len(sends) == 1 and produced[-1] is sends[0] and sends[0].data == b"<frames>" * 5
