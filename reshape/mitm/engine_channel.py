@@ -140,7 +140,6 @@ class EngineChannel:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._bodies: dict[int, _BodyStream] = {}
         self._requests: dict[int, UpstreamRequest] = {}
-        self._interims: set[asyncio.Task[bool]] = set()
         self._outbox: list[StreamResponse] = []  # answers for the next pass (`_inject`)
         self._passes: set[asyncio.Task[None]] = set()
         self._drained = asyncio.Event()
@@ -206,7 +205,7 @@ class EngineChannel:
         the client's own pools (`share: false`) go too."""
         self.closed.set()
         self._drained.set()
-        for task in [*self._tasks.values(), *self._interims, *self._passes]:
+        for task in [*self._tasks.values(), *self._passes]:
             task.cancel()
         if self.handler is not None:
             self.engine.release(self.handler.client.id)
@@ -351,10 +350,14 @@ class EngineChannel:
             if not wanted.done():
                 wanted.set_result(still_wanted)
 
-        if not self._outbox:
-            loop.call_soon(self._send_outbox)
-        self._outbox.append(StreamResponse(stream_id, http_events, delivered))
+        self._hand_over(StreamResponse(stream_id, http_events, delivered))
         return await wanted
+
+    def _hand_over(self, response: StreamResponse) -> None:
+        """Queue `response` for the next pass (`_send_outbox`), scheduled by the first one."""
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._send_outbox)
+        self._outbox.append(response)
 
     def _send_outbox(self) -> None:
         """One pass for every answer waiting: the layers above the engine's (the client's TLS,
@@ -377,13 +380,13 @@ class EngineChannel:
                 await self.handler.server_event(EngineResponses(self.server, responses))
         finally:
             for response in responses:  # those the pass never reached want nothing more
-                assert response.delivered is not None
-                response.delivered(False)
+                if response.delivered is not None:
+                    response.delivered(False)
 
     def _interim(self, stream_id: int, status: int, fields: Headers) -> None:
         """The origin's informational response, to the client's layers in the next pass:
         ahead of the final head, which the exchange's task hands over a turn later at the
-        earliest (passes keep the order of `_inject`)."""
+        earliest (passes keep the order of `_hand_over`)."""
         response = http.Response(
             b"HTTP/2.0",
             status,
@@ -395,15 +398,9 @@ class EngineChannel:
             time.time(),
             None,
         )
-        task = asyncio.Task(
-            self._inject(stream_id, [InterimResponse(stream_id, response)]),
-            loop=asyncio.get_running_loop(),
-            name=f"engine interim response {stream_id}",
-            eager_start=True,
-        )
-        if not task.done():
-            self._interims.add(task)
-            task.add_done_callback(self._interims.discard)
+        if not self.closed.is_set() and self.handler is not None:
+            # Nobody waits for it: whether the stream still wants more is the final head's news.
+            self._hand_over(StreamResponse(stream_id, [InterimResponse(stream_id, response)]))
 
     async def _client_drained(self, stream_id: int) -> None:
         """Wait until the client has taken what was written for it (mitmproxy writes without

@@ -214,16 +214,16 @@ class EngineClient(layer.Layer):
             self.starter.start(exchange)
 
     def _deliver(self, event: EngineResponses) -> layer.CommandGenerator[None]:
-        output = None
+        output = self.client_output()
+        held: HeldOutput | None = None  # the output, once the first answer a stream wants holds it
         try:
             for response in event.responses:
                 stream_id = response.stream_id
                 wanted = stream_id in self.exchanges and self.flow_of(stream_id) is not None
                 if wanted:
-                    if output is None:
-                        output = self.client_output()
-                        if output is not None:
-                            output.hold()
+                    if output is not None and held is None:
+                        output.hold()
+                        held = output
                     for http_event in response.http_events:
                         yield ReceiveHttp(http_event)
                         if isinstance(http_event, (ResponseEndOfMessage, ResponseProtocolError)):
@@ -233,8 +233,8 @@ class EngineClient(layer.Layer):
                 if response.delivered is not None:
                     response.delivered(wanted and stream_id in self.exchanges)
         finally:
-            if output is not None:
-                output.end_hold()
-        held = output.take() if output is not None else b""
-        if held:
-            yield commands.SendData(self.context.client, held)
+            if held is not None:
+                held.end_hold()
+        sending = held.take() if held is not None else b""
+        if sending:
+            yield commands.SendData(self.context.client, sending)

@@ -16,7 +16,7 @@ from reshape.mitm.engine_channel import (
     trailer_fields,
     upstream_request,
 )
-from reshape.mitm.engine_client import EngineResponses, EngineServer, Exchange
+from reshape.mitm.engine_client import EngineResponses, EngineServer, Exchange, InterimResponse
 from reshape.upstream.types import Headers
 
 
@@ -118,8 +118,8 @@ class Layers:
     async def server_event(self, event: EngineResponses) -> None:
         self.passes.append(event)
         for response in event.responses[: self.reached]:
-            assert response.delivered is not None
-            response.delivered(response.stream_id not in self.unwanted)
+            if response.delivered is not None:  # an interim response's is None: nobody waits
+                response.delivered(response.stream_id not in self.unwanted)
 
 
 def channel_to(layers: Layers) -> EngineChannel:
@@ -162,3 +162,20 @@ def test_nothing_is_handed_over_once_the_channel_is_closed() -> None:
     channel.closed.set()
     assert asyncio.run(channel._inject(1, [])) is False
     assert layers.passes == []
+
+
+def test_an_interim_response_goes_in_the_next_pass_ahead_of_its_final_head() -> None:
+    layers = Layers()
+    channel = channel_to(layers)
+
+    async def exchange() -> bool:
+        channel._interim(1, 103, [(b"Link", b"</a.css>; rel=preload")])
+        return await channel._inject(1, [ResponseData(1, b"x")])
+
+    assert asyncio.run(exchange()) is True
+    [only] = layers.passes
+    interim, final = only.responses
+    [hint] = interim.http_events
+    assert isinstance(hint, InterimResponse) and hint.response.status_code == 103
+    assert list(hint.response.headers.fields) == [(b"link", b"</a.css>; rel=preload")]
+    assert interim.delivered is None and final.http_events == [ResponseData(1, b"x")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from mitmproxy import connection, http, options
 from mitmproxy.connection import ConnectionState
@@ -126,6 +127,10 @@ def test_a_client_that_gives_up_cancels_its_exchange() -> None:
     assert layer.exchanges == {}
 
 
+def answers(layer: EngineClient, *responses: StreamResponse) -> EngineResponses:
+    return EngineResponses(layer.context.server, list(responses))
+
+
 def test_the_engines_answer_becomes_response_events_for_its_stream() -> None:
     layer, recorder, flows = opened_layer()
     list(layer.handle_event(RequestHeaders(1, request_on(flows, 1), end_stream=True)))
@@ -136,11 +141,7 @@ def test_the_engines_answer_becomes_response_events_for_its_stream() -> None:
         ResponseData(1, b"body"),
         ResponseEndOfMessage(1),
     ]
-    produced = list(
-        layer.handle_event(
-            EngineResponses(layer.context.server, [StreamResponse(1, answer, told.append)])
-        )
-    )
+    produced = list(layer.handle_event(answers(layer, StreamResponse(1, answer, told.append))))
     assert [command.event for command in produced if isinstance(command, ReceiveHttp)] == answer
     assert told == [False]  # the response ended: the driver reads no more
     assert layer.exchanges == {}
@@ -151,9 +152,7 @@ def test_an_answer_for_a_stream_that_is_gone_is_dropped_and_stops_the_driver() -
     list(layer.handle_event(RequestHeaders(1, request_on(flows, 1), end_stream=True)))
     del flows[1]  # the HttpLayer dropped the stream (its client reset it)
     told: list[bool] = []
-    event = EngineResponses(
-        layer.context.server, [StreamResponse(1, [ResponseData(1, b"late")], told.append)]
-    )
+    event = answers(layer, StreamResponse(1, [ResponseData(1, b"late")], told.append))
     assert list(layer.handle_event(event)) == []
     assert told == [False]
 
@@ -195,6 +194,20 @@ def held_layer(output: Output) -> tuple[EngineClient, dict[int, http.HTTPFlow]]:
     return held, flows
 
 
+def deliver_while_holding(
+    layer: EngineClient, output: Output, *responses: StreamResponse
+) -> list[Any]:
+    """The layer's commands for `responses`; what the client's layer sends for each event it is
+    handed stays with `output` (logged as "<stream> <event>") until it is taken."""
+    produced = []
+    for command in layer.handle_event(answers(layer, *responses)):
+        produced.append(command)
+        if isinstance(command, ReceiveHttp):
+            output.log.append(f"{command.event.stream_id} {type(command.event).__name__}")
+            output.kept += b"<frames>"
+    return produced
+
+
 def test_the_client_output_is_held_while_an_answer_passes_then_sent_in_one_piece() -> None:
     output = Output()
     layer, flows = held_layer(output)
@@ -204,20 +217,12 @@ def test_the_client_output_is_held_while_an_answer_passes_then_sent_in_one_piece
         ResponseData(1, b"body"),
         ResponseEndOfMessage(1),
     ]
-    produced = []
-    for command in layer.handle_event(
-        EngineResponses(layer.context.server, [StreamResponse(1, answer)])
-    ):
-        produced.append(command)
-        if isinstance(command, ReceiveHttp):
-            # What the client's layer sends for each event stays with it until the end.
-            output.log.append(f"event {type(command.event).__name__}")
-            output.kept += b"<frames>"
+    produced = deliver_while_holding(layer, output, StreamResponse(1, answer))
     assert output.log == [
         "hold",
-        "event ResponseHeaders",
-        "event ResponseData",
-        "event ResponseEndOfMessage",
+        "1 ResponseHeaders",
+        "1 ResponseData",
+        "1 ResponseEndOfMessage",
         "end_hold",
         "take",
     ]
@@ -232,15 +237,11 @@ def test_nothing_is_sent_when_nothing_was_kept_and_an_answer_nobody_wants_holds_
     layer, flows = held_layer(output)
     list(layer.handle_event(RequestHeaders(1, request_on(flows, 1), end_stream=True)))
     answer = [ResponseHeaders(1, http.Response.make(204, b""), end_stream=True)]
-    produced = list(
-        layer.handle_event(EngineResponses(layer.context.server, [StreamResponse(1, answer)]))
-    )
+    produced = list(layer.handle_event(answers(layer, StreamResponse(1, answer))))
     assert not any(isinstance(c, commands.SendData) for c in produced)
     assert output.log == ["hold", "end_hold", "take"]
     output.log.clear()
-    list(
-        layer.handle_event(EngineResponses(layer.context.server, [StreamResponse(7, answer)]))
-    )  # no such stream
+    list(layer.handle_event(answers(layer, StreamResponse(7, answer))))  # no such stream
     assert output.log == []
 
 
@@ -249,7 +250,7 @@ def test_the_hold_ends_even_when_the_pass_breaks_off() -> None:
     layer, flows = held_layer(output)
     list(layer.handle_event(RequestHeaders(1, request_on(flows, 1), end_stream=True)))
     answer = [ResponseData(1, b"a"), ResponseData(1, b"b")]
-    passing = layer.handle_event(EngineResponses(layer.context.server, [StreamResponse(1, answer)]))
+    passing = layer.handle_event(answers(layer, StreamResponse(1, answer)))
     next(passing)
     passing.close()  # the pass crashed above the layer
     assert output.log == ["hold", "end_hold"]  # what was kept waits for the connection's next send
@@ -272,13 +273,9 @@ def test_answers_for_several_streams_pass_in_order_under_one_hold_and_leave_as_o
             events_.append(ResponseEndOfMessage(stream_id))
         return StreamResponse(stream_id, events_, lambda wanted: told.append((stream_id, wanted)))
 
-    responses = [answer(1, ended=True), answer(3, ended=True), answer(5, ended=False)]
-    produced = []
-    for command in layer.handle_event(EngineResponses(layer.context.server, responses)):
-        produced.append(command)
-        if isinstance(command, ReceiveHttp):
-            output.log.append(f"{command.event.stream_id} {type(command.event).__name__}")
-            output.kept += b"<frames>"
+    produced = deliver_while_holding(
+        layer, output, answer(1, ended=True), answer(3, ended=True), answer(5, ended=False)
+    )
     assert output.log == [
         "hold",
         "1 ResponseHeaders",
