@@ -440,6 +440,16 @@ class H2Upstream:
                     events = self.h2.receive_data(data)
                 except ProtocolError as e:
                     error = UpstreamError(f"HTTP/2 protocol error from the origin: {e}")
+                    peer = (
+                        self.wire.transport.get_extra_info("peername")
+                        if self.wire.transport
+                        else None
+                    )
+                    log.warning(
+                        "HTTP/2 origin %s: %s; its connection is closed",
+                        f"{peer[0]}:{peer[1]}" if peer else "?",
+                        e,
+                    )
                     # What the frames before the broken one said still holds: a response
                     # they completed is delivered, a GOAWAY they carried is obeyed.
                     for event in e.events:
@@ -449,6 +459,8 @@ class H2Upstream:
                 for event in events:
                     self._handle(event)
                 self._flush()
+                if not self.wire.write_buffer_size():
+                    self.h2.output_taken()  # it reads what it made us answer: no flood
         except WireError as e:
             error = UpstreamError(str(e))
         finally:

@@ -15,11 +15,12 @@ plain attributes and `struct`, and keeps h2's HPACK coders (hpack, with reshape'
 decoder: reshape/upstream/hpack_encoder.py, hpack_decoder.py).
 
 Origins can be hostile, so what they send is checked as RFC 9113 says (frame sizes and types,
-stream states, flow control, the response's fields and its declared length) and anything wrong
-is a `ProtocolError`: a GOAWAY with its error code is queued and the connection must be closed,
-as h2 did for the engine. The few stream errors a client meets in normal operation are handled
-here: frames on a stream this side has reset are dropped (their flow-control bytes given back),
-as RFC 9113 §5.4.2 allows.
+stream states, flow control, the response's fields and its declared length), frames that only
+make work are counted (floods: see MAX_OWED_CONTROL_FRAMES and the limits after it), and anything
+wrong is a `ProtocolError`: a GOAWAY with its error code is queued and the connection must be
+closed, as h2 did for the engine. The few stream errors a client meets in normal operation are
+handled here: frames on a stream this side has reset are dropped (their flow-control bytes given
+back), as RFC 9113 §5.4.2 allows.
 
 What the engine sends is checked less: the caller gives fields ready to encode
 (reshape/upstream/h2.py `outbound_fields`) and sends no more DATA than `send_window_of` allows.
@@ -81,6 +82,22 @@ MAX_STREAM_ID = 2**31 - 1
 MAX_HEADER_BLOCK = 256 * 1024
 # Streams this side reset are remembered (their late frames dropped) up to this many.
 RESET_MEMORY = 1024
+# Floods (the attacks of CVE-2019-9512, -9515, -9518 and CVE-2024-28182, by an origin): each
+# is a connection error ENHANCE_YOUR_CALM.
+# - Frames an origin makes this side send (PING and SETTINGS acknowledgements, RST_STREAM for
+#   frames on closed streams) while it does not read what was sent: past this many since the
+#   driver last found everything written taken by the socket (`output_taken`), the origin is
+#   making the proxy pile them up in memory. Envoy's `max_outbound_control_frames`, its default.
+MAX_OWED_CONTROL_FRAMES = 1000
+# - DATA, HEADERS or CONTINUATION frames with nothing in them and not ending the stream, one
+#   after another: work for nothing, never bounded by flow control. Netty's default (Envoy's
+#   `max_consecutive_inbound_frames_with_empty_payload` is 1): a proxy meets every kind of origin,
+#   and a server that writes each empty chunk its application yields is quirky, not hostile.
+MAX_EMPTY_FRAMES_IN_A_ROW = 10
+# - CONTINUATION frames after one HEADERS frame: nghttp2's limit since 1.61. At the largest frame
+#   size the decoder takes (16 KB) that is 144 KB of header block, more than the 64 KB decoded
+#   head it takes.
+MAX_CONTINUATIONS = 8
 
 _FRAME_HEAD = struct.Struct(">I B I")  # length << 8 | type, flags, stream id (length 24 bits)
 _PAIR = struct.Struct(">HI")
@@ -246,6 +263,9 @@ class ClientConnection:
         self._next_stream_id = 1
         self._preface_received = False
         self._continuation: tuple[int, int, bytearray] | None = None  # stream id, flags, block
+        self._continuations = 0  # CONTINUATION frames of the header block being received
+        self._empty_in_a_row = 0  # see MAX_EMPTY_FRAMES_IN_A_ROW
+        self._owed_control = 0  # see MAX_OWED_CONTROL_FRAMES
         self._connection_unacknowledged = 0
         self.receive_window = connection_window
         self.send_window = DEFAULT_WINDOW  # the connection's, as the origin allows
@@ -280,6 +300,10 @@ class ClientConnection:
         out = b"".join(self._out)
         self._out.clear()
         return out
+
+    def output_taken(self) -> None:
+        """The driver found everything it wrote taken by the socket: the origin reads."""
+        self._owed_control = 0
 
     @property
     def open_streams(self) -> int:
@@ -421,6 +445,17 @@ class ClientConnection:
         if payload:
             self._out.append(bytes(payload))
 
+    def _answer(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
+        """A control frame the origin's own frame calls for (see MAX_OWED_CONTROL_FRAMES)."""
+        self._owed_control += 1
+        if self._owed_control > MAX_OWED_CONTROL_FRAMES:
+            raise ProtocolError(
+                f"more than {MAX_OWED_CONTROL_FRAMES} PING, SETTINGS or RST_STREAM frames to "
+                "answer while the origin reads nothing (a flood)",
+                ENHANCE_YOUR_CALM,
+            )
+        self._frame(kind, flags, stream_id, payload)
+
     def _remember_reset(self, stream_id: int) -> None:
         """The stream's late frames are dropped from now on (the last RESET_MEMORY such)."""
         self._reset[stream_id] = None
@@ -502,6 +537,16 @@ class ClientConnection:
             if kind != SETTINGS or flags & ACK:
                 raise ProtocolError("the origin's first frame is not SETTINGS")
             self._preface_received = True
+        if kind in (DATA, HEADERS, CONTINUATION):
+            if payload or (kind != CONTINUATION and flags & END_STREAM):
+                self._empty_in_a_row = 0
+            else:
+                self._empty_in_a_row += 1
+                if self._empty_in_a_row > MAX_EMPTY_FRAMES_IN_A_ROW:
+                    raise ProtocolError(
+                        "empty DATA, HEADERS or CONTINUATION frames one after another (a flood)",
+                        ENHANCE_YOUR_CALM,
+                    )
         if self._continuation is not None:
             self._receive_continuation(kind, flags, stream_id, payload, events)
         elif kind == DATA:
@@ -520,7 +565,7 @@ class ClientConnection:
                     "a PING frame on a stream or not 8 bytes long", FRAME_SIZE_ERROR
                 )
             if not flags & ACK:
-                self._frame(PING, ACK, 0, payload)
+                self._answer(PING, ACK, 0, payload)
         elif kind == GOAWAY:
             if stream_id or len(payload) < 8:
                 raise ProtocolError("a GOAWAY frame on a stream or too short", FRAME_SIZE_ERROR)
@@ -556,7 +601,7 @@ class ClientConnection:
         # good: ended both ways, or reset so long ago that it is no longer remembered. A stream
         # error, not the connection's (RFC 9113 §5.1, §6.1): the frame is dropped, the origin
         # told once, and a stream still open this side closes (its complete response stands).
-        self._frame(RST_STREAM, 0, stream_id, _U32.pack(STREAM_CLOSED))
+        self._answer(RST_STREAM, 0, stream_id, _U32.pack(STREAM_CLOSED))
         self._remember_reset(stream_id)
         if stream is not None:
             del self.streams[stream_id]
@@ -603,6 +648,7 @@ class ClientConnection:
             self._head(flags, stream_id, payload, events)
         else:
             self._continuation = (stream_id, flags, bytearray(payload))
+            self._continuations = 0
 
     def _receive_continuation(
         self, kind: int, flags: int, stream_id: int, payload: bytes, events: list[Event]
@@ -612,6 +658,12 @@ class ClientConnection:
         if kind != CONTINUATION or stream_id != head_stream:
             raise ProtocolError("a header block interrupted before its end")
         block += payload
+        self._continuations += 1
+        if self._continuations > MAX_CONTINUATIONS:
+            raise ProtocolError(
+                f"a header block in more than {MAX_CONTINUATIONS} CONTINUATION frames",
+                ENHANCE_YOUR_CALM,
+            )
         if len(block) > MAX_HEADER_BLOCK:
             raise ProtocolError("a header block too large", ENHANCE_YOUR_CALM)
         if flags & END_HEADERS:
@@ -726,7 +778,7 @@ class ClientConnection:
                     raise ProtocolError(f"an invalid SETTINGS_MAX_FRAME_SIZE {value}")
                 self.remote_max_frame_size = value
             # MAX_HEADER_LIST_SIZE is advisory; unknown settings are ignored (§6.5.2).
-        self._frame(SETTINGS, ACK, 0, b"")
+        self._answer(SETTINGS, ACK, 0, b"")
         events.append(SettingsChanged(streams_changed))
 
     def _receive_rst_stream(self, stream_id: int, payload: bytes, events: list[Event]) -> None:

@@ -250,6 +250,10 @@ class Wire(asyncio.Protocol):
             data = self.tls.send(data, sizes=sizes)
         self.transport.write(data)
 
+    def write_buffer_size(self) -> int:
+        """Bytes written that the socket has not taken yet (the peer is not reading them)."""
+        return self.transport.get_write_buffer_size() if self.transport is not None else 0
+
     async def drain(self) -> None:
         await self._writable.wait()
         if self._error is not None:

@@ -20,8 +20,12 @@ from reshape.upstream.hpack_encoder import RequestHeadEncoder
 from reshape.upstream.http2 import (
     CANCEL,
     COMPRESSION_ERROR,
+    ENHANCE_YOUR_CALM,
     FLOW_CONTROL_ERROR,
     FRAME_SIZE_ERROR,
+    MAX_CONTINUATIONS,
+    MAX_EMPTY_FRAMES_IN_A_ROW,
+    MAX_OWED_CONTROL_FRAMES,
     PROTOCOL_ERROR,
     STREAM_CLOSED,
     ClientConnection,
@@ -463,6 +467,8 @@ def _head(fields: list[tuple[bytes, bytes]], flags: int = 0x4) -> bytes:
     return frame(1, flags, 1, block(fields))
 
 
+_LONG_BLOCK = block([(b":status", b"200"), (b"x-long", b"y" * 100)])
+
 BAD = {
     "first frame not SETTINGS": (frame(6, 0, 0, b"12345678"), PROTOCOL_ERROR, False),
     "frame too large": (frame(0, 0, 1, b"x" * 16_385), FRAME_SIZE_ERROR, True),
@@ -566,6 +572,18 @@ BAD = {
         PROTOCOL_ERROR,
         True,
     ),
+    "empty DATA frames in a row": (
+        _head([(b":status", b"200")]) + frame(0, 0, 1) * (MAX_EMPTY_FRAMES_IN_A_ROW + 1),
+        ENHANCE_YOUR_CALM,
+        True,
+    ),
+    "a header block in too many CONTINUATION frames": (
+        frame(1, 0, 1, _LONG_BLOCK[:1])
+        + b"".join(frame(9, 0, 1, _LONG_BLOCK[i : i + 1]) for i in range(1, 10))
+        + frame(9, 0x4, 1, _LONG_BLOCK[10:]),
+        ENHANCE_YOUR_CALM,
+        True,
+    ),
     "a block HPACK cannot decode": (
         frame(1, 0x4, 1, b"\xff\xff\xff\xff\x7f"),
         COMPRESSION_ERROR,
@@ -596,6 +614,55 @@ def test_what_an_origin_may_not_send_closes_the_connection(case: str) -> None:
         client.receive_data(data)
     assert caught.value.error_code == code
     assert goaway_code(client.data_to_send()) == code
+
+
+def test_empty_frames_up_to_the_limit_or_ending_the_stream_are_no_flood() -> None:
+    client = raw_client()
+    client.send_headers(1, HEAD, end_stream=True)
+    empties = frame(0, 0, 1) * MAX_EMPTY_FRAMES_IN_A_ROW  # as many in a row as allowed
+    data = (
+        _head([(b":status", b"200")])
+        + empties
+        + frame(0, 0, 1, b"ab")
+        + empties  # again, after a frame with something in it
+        + frame(0, 0x1, 1)  # empty, ending the stream
+    )
+    events = client.receive_data(data)
+    assert events[-2:] == [DataReceived(1, b"ab", 2), StreamEnded(1)]
+
+
+def test_a_header_block_in_as_many_continuation_frames_as_allowed() -> None:
+    client = raw_client()
+    client.send_headers(1, HEAD, end_stream=True)
+    pieces = (
+        [_LONG_BLOCK[:1]]
+        + [_LONG_BLOCK[i : i + 1] for i in range(1, MAX_CONTINUATIONS)]
+        + [_LONG_BLOCK[MAX_CONTINUATIONS:]]
+    )
+    data = frame(1, 0x1, 1, pieces[0]) + b"".join(frame(9, 0, 1, p) for p in pieces[1:-1])
+    data += frame(9, 0x4, 1, pieces[-1])
+    assert client.receive_data(data)[0] == ResponseReceived(1, 200, [(b"x-long", b"y" * 100)], True)
+
+
+@pytest.mark.parametrize("kind", ["PING", "SETTINGS"])
+def test_acknowledgements_an_origin_does_not_read_are_a_flood(kind: str) -> None:
+    client = raw_client()
+    client.output_taken()  # the acknowledgement of raw_client's SETTINGS has been read
+    one = frame(6, 0, 0, b"12345678") if kind == "PING" else frame(4, 0, 0)
+    client.receive_data(one * MAX_OWED_CONTROL_FRAMES)
+    with pytest.raises(ProtocolError) as caught:
+        client.receive_data(one)
+    assert caught.value.error_code == ENHANCE_YOUR_CALM
+    assert goaway_code(client.data_to_send()) == ENHANCE_YOUR_CALM
+
+
+def test_acknowledgements_the_origin_reads_are_no_flood() -> None:
+    client = raw_client()
+    ping = frame(6, 0, 0, b"12345678")
+    for _ in range(3):
+        client.output_taken()
+        client.receive_data(ping * MAX_OWED_CONTROL_FRAMES)
+    assert not has_goaway(client.data_to_send())
 
 
 def test_unknown_frames_and_priority_are_ignored() -> None:
