@@ -469,6 +469,23 @@ def _head(fields: list[tuple[bytes, bytes]], flags: int = 0x4) -> bytes:
 
 _LONG_BLOCK = block([(b":status", b"200"), (b"x-long", b"y" * 100)])
 
+
+def _in_continuations(count: int) -> bytes:
+    """_LONG_BLOCK's response head (ending its stream) on stream 1: a HEADERS frame with its first
+    byte, then `count` CONTINUATION frames, the last with the rest."""
+    pieces = [_LONG_BLOCK[i : i + 1] for i in range(1, count)] + [_LONG_BLOCK[count:]]
+    data = frame(1, 0x1, 1, _LONG_BLOCK[:1]) + b"".join(frame(9, 0, 1, p) for p in pieces[:-1])
+    return data + frame(9, 0x4, 1, pieces[-1])
+
+
+def expect_connection_error(client: ClientConnection, data: bytes, code: int) -> None:
+    """`data` is a connection error `code`, and the GOAWAY that says so is queued."""
+    with pytest.raises(ProtocolError) as caught:
+        client.receive_data(data)
+    assert caught.value.error_code == code
+    assert goaway_code(client.data_to_send()) == code
+
+
 BAD = {
     "first frame not SETTINGS": (frame(6, 0, 0, b"12345678"), PROTOCOL_ERROR, False),
     "frame too large": (frame(0, 0, 1, b"x" * 16_385), FRAME_SIZE_ERROR, True),
@@ -578,9 +595,7 @@ BAD = {
         True,
     ),
     "a header block in too many CONTINUATION frames": (
-        frame(1, 0, 1, _LONG_BLOCK[:1])
-        + b"".join(frame(9, 0, 1, _LONG_BLOCK[i : i + 1]) for i in range(1, 10))
-        + frame(9, 0x4, 1, _LONG_BLOCK[10:]),
+        _in_continuations(MAX_CONTINUATIONS + 1),
         ENHANCE_YOUR_CALM,
         True,
     ),
@@ -610,10 +625,7 @@ def test_what_an_origin_may_not_send_closes_the_connection(case: str) -> None:
         client.data_to_send()
     client.send_headers(1, HEAD, end_stream=True)
     client.data_to_send()
-    with pytest.raises(ProtocolError) as caught:
-        client.receive_data(data)
-    assert caught.value.error_code == code
-    assert goaway_code(client.data_to_send()) == code
+    expect_connection_error(client, data, code)
 
 
 def test_empty_frames_up_to_the_limit_or_ending_the_stream_are_no_flood() -> None:
@@ -634,13 +646,7 @@ def test_empty_frames_up_to_the_limit_or_ending_the_stream_are_no_flood() -> Non
 def test_a_header_block_in_as_many_continuation_frames_as_allowed() -> None:
     client = raw_client()
     client.send_headers(1, HEAD, end_stream=True)
-    pieces = (
-        [_LONG_BLOCK[:1]]
-        + [_LONG_BLOCK[i : i + 1] for i in range(1, MAX_CONTINUATIONS)]
-        + [_LONG_BLOCK[MAX_CONTINUATIONS:]]
-    )
-    data = frame(1, 0x1, 1, pieces[0]) + b"".join(frame(9, 0, 1, p) for p in pieces[1:-1])
-    data += frame(9, 0x4, 1, pieces[-1])
+    data = _in_continuations(MAX_CONTINUATIONS)
     assert client.receive_data(data)[0] == ResponseReceived(1, 200, [(b"x-long", b"y" * 100)], True)
 
 
@@ -650,10 +656,7 @@ def test_acknowledgements_an_origin_does_not_read_are_a_flood(kind: str) -> None
     client.output_taken()  # the acknowledgement of raw_client's SETTINGS has been read
     one = frame(6, 0, 0, b"12345678") if kind == "PING" else frame(4, 0, 0)
     client.receive_data(one * MAX_OWED_CONTROL_FRAMES)
-    with pytest.raises(ProtocolError) as caught:
-        client.receive_data(one)
-    assert caught.value.error_code == ENHANCE_YOUR_CALM
-    assert goaway_code(client.data_to_send()) == ENHANCE_YOUR_CALM
+    expect_connection_error(client, one, ENHANCE_YOUR_CALM)
 
 
 def test_acknowledgements_the_origin_reads_are_no_flood() -> None:
