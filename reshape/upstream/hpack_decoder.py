@@ -1,5 +1,5 @@
-"""The HPACK decoder of the proxy's HTTP/2 connections, both ends: hpack's, with a field the
-block names by a one-byte index decoded in the block's loop.
+"""The HPACK decoder of the proxy's HTTP/2 connections, both ends: hpack's, with the fields most
+blocks carry decoded in the block's loop.
 
 Most fields of a browser's request heads, and many of an origin's response heads, arrive as an
 index into the static or the dynamic table (RFC 7541 §6.1), one byte for the first 126 entries.
@@ -8,10 +8,15 @@ the table lookup, a debug log call, a `HeaderTuple` built by a Python `__new__`,
 built again at the end by `_unicode_if_needed`): in py-spy's profile of the lab's app page loads
 through the pool, decoding header blocks was ~6.5% of the proxy's CPU. Here the block's loop
 decodes such a field itself (static entries from tuples made once) and returns the headers it
-built; every other representation (literals, longer indices, size updates, index 0) goes through
-hpack's own methods, which keep every check and error of theirs, as do the limits
-(`max_header_list_size`, `max_allowed_table_size`). Only `raw` decoding, the one h2 asks for, takes
-this path. hpack's debug log of each decoded field is not written for the indexed ones.
+built. The rest are mostly literals (a path, a date, a length, a tag; §6.2) whose name index and
+string lengths fit their first byte: hpack copies the rest of the block twice for each (a
+`memoryview` made bytes, then sliced) and decodes their Huffman codes a nibble at a time; here
+they are read in place and decoded by reshape/upstream/hpack_huffman.py, in the same steps and
+order, with the same errors. Every other representation (longer indices or lengths, a block cut
+short, size updates, index 0) goes through hpack's own methods, which keep every check and error
+of theirs, as do the limits (`max_header_list_size`, `max_allowed_table_size`). Only `raw`
+decoding, the one h2 asks for, takes this path. hpack's debug log of each decoded field is not
+written for the ones decoded here.
 
 No maintained library offers a faster HPACK decoder that is safe for untrusted input
 (reshape/upstream/hpack_table.py says why jh2 is not one); checked on the hpack releases in
@@ -20,10 +25,14 @@ reshape/upstream/h2.py (`HPACK_CHECKED_ON`).
 
 from __future__ import annotations
 
-from hpack import HeaderTuple
+from collections import deque
+
+from hpack import HeaderTuple, NeverIndexedHeaderTuple
 from hpack.exceptions import HPACKDecodingError, OversizedHeaderListError
 from hpack.hpack import Decoder
-from hpack.table import HeaderTable, table_entry_size
+from hpack.table import HeaderTable
+
+from reshape.upstream.hpack_huffman import decode_huffman
 
 # The static table as the headers a block decodes to, by index (0 is no entry).
 _STATIC: tuple[HeaderTuple | None, ...] = (
@@ -31,6 +40,8 @@ _STATIC: tuple[HeaderTuple | None, ...] = (
     *(tuple.__new__(HeaderTuple, entry) for entry in HeaderTable.STATIC_TABLE),
 )
 _STATIC_LENGTH = HeaderTable.STATIC_TABLE_LENGTH
+_ENTRY_OVERHEAD = 32  # what a field counts for besides its name and value (RFC 7541 §4.1)
+_STATIC_NAMES: tuple[bytes, ...] = (b"", *(name for name, _ in HeaderTable.STATIC_TABLE))
 
 
 class HeadDecoder(Decoder):
@@ -71,7 +82,11 @@ class HeadDecoder(Decoder):
                 else:  # index 0, beyond the table, or more than one byte: hpack's own way
                     header, consumed = self._decode_indexed(view[at:])
             elif first & 0x40:
-                header, consumed = self._decode_literal_index(view[at:])
+                literal = self._literal(data, at, first & 0x3F, dynamic, indexing=True)
+                if literal is None:
+                    header, consumed = self._decode_literal_index(view[at:])
+                else:
+                    header, consumed = literal
             elif first & 0x20:
                 if headers:
                     msg = "Table size update not at the start of the block"
@@ -79,10 +94,15 @@ class HeadDecoder(Decoder):
                 consumed = self._update_encoding_context(view[at:])
                 header = None
             else:
-                header, consumed = self._decode_literal_no_index(view[at:])
+                literal = self._literal(data, at, first & 0x0F, dynamic, indexing=False)
+                if literal is None:
+                    header, consumed = self._decode_literal_no_index(view[at:])
+                else:
+                    header, consumed = literal
             if header is not None:
                 headers.append(header)
-                inflated += table_entry_size(header[0], header[1])
+                # hpack's `table_entry_size`, written out: a call per field cost ~10% here.
+                inflated += _ENTRY_OVERHEAD + len(header[0]) + len(header[1])
                 if inflated > limit:
                     msg = f"A header list larger than {limit} has been received"
                     raise OversizedHeaderListError(msg)
@@ -93,3 +113,56 @@ class HeadDecoder(Decoder):
                 # As hpack's `_unicode_if_needed` does for raw headers.
                 headers[position] = header.__class__(bytes(header[0]), bytes(header[1]))
         return headers
+
+    def _literal(
+        self,
+        data: bytes,
+        at: int,
+        name_index: int,
+        dynamic: deque[tuple[bytes, bytes]],
+        *,
+        indexing: bool,
+    ) -> tuple[HeaderTuple, int] | None:
+        """The literal field at `at` and the bytes it takes, when its name index and both
+        lengths fit their first byte and the block holds all of it; None for hpack's own way
+        (which then explains what is wrong). The same steps, in the same order, as hpack's
+        `_decode_literal`: the name, its Huffman code, the value, its Huffman code, the table."""
+        prefix_full = 0x3F if indexing else 0x0F
+        if name_index == prefix_full:
+            return None
+        position = at + 1
+        if name_index:
+            if name_index <= _STATIC_LENGTH:
+                name = _STATIC_NAMES[name_index]
+            elif name_index - _STATIC_LENGTH <= len(dynamic):
+                name = dynamic[name_index - _STATIC_LENGTH - 1][0]
+            else:
+                return None
+        else:
+            string = _string_at(data, position)
+            if string is None:
+                return None
+            name, position = string
+        string = _string_at(data, position)
+        if string is None:
+            return None
+        value, position = string
+        kind = NeverIndexedHeaderTuple if not indexing and data[at] & 0x10 else HeaderTuple
+        header = tuple.__new__(kind, (name, value))
+        if indexing:
+            self.header_table.add(name, value)
+        return header, position - at
+
+
+def _string_at(data: bytes, position: int) -> tuple[bytes, int] | None:
+    """The string literal (RFC 7541 §5.2) at `position`, decoded, and where it ends; None when
+    its length does not fit its first byte or the block ends inside it."""
+    if position >= len(data):
+        return None
+    first = data[position]
+    length = first & 0x7F
+    end = position + 1 + length
+    if length == 0x7F or end > len(data):
+        return None
+    string = data[position + 1 : end]
+    return (decode_huffman(string) if first & 0x80 else string), end

@@ -7,6 +7,8 @@ import random
 
 import pytest
 from hpack import Decoder, Encoder, HeaderTuple, NeverIndexedHeaderTuple
+from hpack.huffman import HuffmanEncoder
+from hpack.huffman_constants import REQUEST_CODES, REQUEST_CODES_LENGTH
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -102,3 +104,57 @@ def test_arbitrary_bytes_decode_or_fail_as_in_hpack(blocks: list[bytes]) -> None
     seeded = [Encoder().encode(BROWSER), *blocks]
     both(seeded)
     both(blocks, limit=64)
+
+
+def _string(octets: bytes, huffman: bool) -> bytes:
+    """A string literal (RFC 7541 §5.2) of up to 126 octets."""
+    coded = HUFFMAN.encode(octets) if huffman else octets
+    assert len(coded) < 0x7F
+    return bytes([(0x80 if huffman else 0) | len(coded)]) + coded
+
+
+def _literals() -> list[bytes]:
+    """Literal fields of each kind (with and without indexing, never indexed), the name by a
+    static index (the last is 61), the first dynamic one (62, the largest a one-byte prefix
+    holds), an index in a second byte, or spelled out (Huffman or not), and values of 0 to 126
+    octets (Huffman or not) and one of 127 (hpack's own way)."""
+    fields = []
+    for first, index_bits in ((0x40, 0x3F), (0x00, 0x0F), (0x10, 0x0F)):
+        for name_index in (0, 4, 15, 61, 62, index_bits):
+            if name_index > index_bits:
+                continue
+            for value in (b"", b"v", b"/tile-%d.png" % name_index, b"x" * 126, b"y" * 127):
+                for huffman in (False, True):
+                    head = bytes([first | name_index])
+                    if name_index == index_bits:
+                        head += b"\x00"  # the index continues in a second byte: 63 or 15
+                    if not name_index:
+                        head += _string(b"x-literal", huffman)
+                    # 127 octets: the length continues in a second byte (0x7f, then 0).
+                    long = len(value) >= 0x7F
+                    fields.append(head + (b"\x7f\x00" + value if long else _string(value, huffman)))
+    return fields
+
+
+HUFFMAN = HuffmanEncoder(REQUEST_CODES, REQUEST_CODES_LENGTH)
+
+
+def test_literal_fields_decode_as_hpacks() -> None:
+    """Each literal with an empty dynamic table, one entry in it and seven, then every prefix
+    of it (cut in the name, its length, the value or its length) and every literal with a byte
+    of its strings flipped (Huffman codes that fail)."""
+    seeds = [Encoder().encode([(b"x-one", b"1")]), Encoder().encode(BROWSER)]
+    for seed, entries in zip(seeds, (1, 7), strict=True):
+        seeded = HeadDecoder()
+        seeded.decode(seed, raw=True)
+        assert len(seeded.header_table.dynamic_entries) == entries
+    for field in _literals():
+        both([field, field])
+        for seed in seeds:
+            both([seed, field, field])
+        for cut in range(1, len(field)):
+            both([seeds[1], field[:cut]])
+        for position in range(1, len(field)):
+            flipped = bytearray(field)
+            flipped[position] ^= 0xFF
+            both([seeds[1], bytes(flipped)])
