@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pwd
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -136,6 +137,26 @@ def mitmdump(workdir: Path, origin_ca: Path) -> Iterator[RunningProxy]:
         yield RunningProxy(f"http://127.0.0.1:{port}", ca, INTERCEPTED, (port,), process.pid)
 
 
+SET_UP_SECONDS = 60
+
+
+def _set_up(what: str, argv: list[str]) -> None:
+    """Run a proxy's set-up step; one that fails or hangs is a `ProxyStartError` with its
+    output (the bench's one-line error), not a traceback."""
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=SET_UP_SECONDS, check=False
+        )
+    except subprocess.TimeoutExpired as e:
+        raise ProxyStartError(
+            f"{what} did not finish within {SET_UP_SECONDS} s ({shlex.join(argv)})"
+        ) from e
+    if done.returncode != 0:
+        raise ProxyStartError(
+            f"{what} exited with status {done.returncode}\n{done.stdout}{done.stderr}"
+        )
+
+
 @contextmanager
 def reshape(
     workdir: Path, origin_ca: Path, policy: Path, workers: int = 1, checkout: Path = REPO
@@ -145,17 +166,7 @@ def reshape(
     port, admin = processes.free_port(), processes.free_port()
     confdir = workdir / "confdir"
     binary = str(checkout / ".venv" / "bin" / "reshape")
-    init = subprocess.run(
-        [binary, "ca", "init", "--confdir", str(confdir)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    if init.returncode != 0:
-        raise ProxyStartError(
-            f"reshape ca init exited with status {init.returncode}\n{init.stdout}{init.stderr}"
-        )
+    _set_up("reshape ca init", [binary, "ca", "init", "--confdir", str(confdir)])
     argv = [
         binary,
         "run",
@@ -244,11 +255,9 @@ def squid(workdir: Path, origin_ca: Path, binary: SquidBinary) -> Iterator[Runni
         # A copy beside the rest, so that SQUID_USER can run it wherever squid was unpacked.
         certgen = workdir / binary.certgen.name
         shutil.copy(binary.certgen, certgen)
-        subprocess.run(
+        _set_up(
+            "squid's certificate database",
             [str(certgen), "-c", "-s", str(workdir / "ssl_db"), "-M", "4MB"],
-            capture_output=True,
-            timeout=60,
-            check=True,
         )
     conf = workdir / "squid.conf"
     conf.write_text(squid_config(port, workdir, local_origin_ca, bump_ca, certgen))
