@@ -20,31 +20,7 @@ import reshape.upstream.h2 as upstream_h2
 from reshape.upstream.h2 import COALESCE_SECONDS, H2Upstream
 from reshape.upstream.types import UpstreamRequest
 from reshape.upstream.wire import Wire
-
-
-class KeptWrites:
-    """An asyncio transport that keeps every write."""
-
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(data)
-
-    def get_write_buffer_size(self) -> int:
-        return 0  # every write taken at once
-
-    def is_closing(self) -> bool:
-        return False
-
-    def get_extra_info(self, name: str, default: object = None) -> object:
-        return default
-
-    def close(self) -> None:
-        pass
-
-    def abort(self) -> None:
-        pass
+from tests.support.kept_writes import KeptWrites
 
 
 class Books:

@@ -23,40 +23,9 @@ import reshape.upstream.h2 as upstream_h2
 from reshape.upstream.h2 import H2Response, H2Upstream
 from reshape.upstream.types import Unanswered, UpstreamError, UpstreamRequest
 from reshape.upstream.wire import Wire
+from tests.support.kept_writes import KeptWrites
 
 NO_ERROR, INTERNAL_ERROR, REFUSED_STREAM, CANCEL = 0x0, 0x2, 0x7, 0x8
-
-
-class KeptWrites:
-    """An asyncio transport that keeps every write."""
-
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(data)
-
-    def get_write_buffer_size(self) -> int:
-        return 0  # every write taken at once
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def get_extra_info(self, name: str, default: object = None) -> object:
-        return default
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.closed = True
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
 
 class Books:
