@@ -341,7 +341,7 @@ class EngineChannel:
         (or the whole connection) is gone and wants nothing more. They go in the next turn of
         the event loop, in one pass with those of every other exchange of the connection that
         has something by then (`_send_outbox`)."""
-        if self.closed.is_set() or self.handler is None:
+        if not self._takes_answers():
             return False
         loop = asyncio.get_running_loop()
         wanted: asyncio.Future[bool] = loop.create_future()
@@ -352,6 +352,10 @@ class EngineChannel:
 
         self._hand_over(StreamResponse(stream_id, http_events, delivered))
         return await wanted
+
+    def _takes_answers(self) -> bool:
+        """Whether the client connection's layers are there for answers: open, and set."""
+        return not self.closed.is_set() and self.handler is not None
 
     def _hand_over(self, response: StreamResponse) -> None:
         """Queue `response` for the next pass (`_send_outbox`), scheduled by the first one."""
@@ -398,7 +402,7 @@ class EngineChannel:
             time.time(),
             None,
         )
-        if not self.closed.is_set() and self.handler is not None:
+        if self._takes_answers():
             # Nobody waits for it: whether the stream still wants more is the final head's news.
             self._hand_over(StreamResponse(stream_id, [InterimResponse(stream_id, response)]))
 
