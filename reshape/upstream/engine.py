@@ -326,6 +326,7 @@ class Engine:
         # way, `_release` makes sure the pool does not count the request in flight for ever.
         taken: int | None = None
         retrying = False  # it went unanswered: the next Assign sends it again
+        unanswered: str | None = None  # why its last attempt went unanswered
         try:
             self.run(
                 pool,
@@ -354,7 +355,9 @@ class Engine:
                     reason = f": {waiter.connect_error}" if waiter.connect_error else ""
                     raise UpstreamError(f"could not connect to {_describe(route.key)}{reason}")
                 if isinstance(decision, Fail):
-                    raise UpstreamError(f"{_describe(route.key)}: {decision.message}")
+                    # The pool's reason (it will not go again), and the origin's side of it.
+                    cause = f" (the last attempt: {unanswered})" if unanswered else ""
+                    raise UpstreamError(f"{_describe(route.key)}: {decision.message}{cause}")
                 assert isinstance(decision, Assign), decision
                 record = self.connections.get((pool, decision.conn_id))
                 if record is None or record.upstream is None:
@@ -381,11 +384,12 @@ class Engine:
                     raise FirstByteTimeout(
                         f"{_describe(route.key)} sent no response within {route.read_timeout:g} s"
                     ) from None
-                except Unanswered:
+                except Unanswered as e:
                     # The connection reported it; the pool sends it again (counted when it
                     # goes) or fails it.
                     taken = None
                     retrying = True
+                    unanswered = str(e)
                     continue
                 taken = None
                 return response

@@ -68,6 +68,7 @@ def test_refused_and_cut_responses(start_reshape: StartProxy, tmp_path: Path, po
         # A POST whose connection dies before any answer is not sent again.
         dropped = http.post(origin.url("/drop"), content=b"pay once")
         assert dropped.status_code == 502, dropped.text
+        assert "connection lost (the last attempt: " in dropped.text, dropped.text
         time.sleep(0.5)
         assert origin.count("/drop") == 1
         # A GET whose connection, opened for it, dies before any answer most likely reached the

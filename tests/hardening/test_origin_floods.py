@@ -63,6 +63,8 @@ def test_an_origin_flooding_pings_it_does_not_read_is_cut_off(
     # Without the limit the proxy acknowledges every PING and the request waits for its
     # first-byte timeout (60 s): a 504.
     assert response.status_code == 502, response.text
+    # The answer says why: the pool gave up, and what became of the last attempt.
+    assert "retries exhausted (the last attempt: " in response.text, response.text
     assert proxy.healthy()
     # Each connection was cut off for the flood: the GET went again on a new connection (the
     # pool's rule for an unanswered idempotent request), cut off alike, and the pool gave up.
