@@ -56,7 +56,8 @@ def _byte_tables() -> tuple[list[int], list[bytes], frozenset[int]]:
             else:
                 index = state * 256 + byte
                 following[index] = _STARTS[at]
-                completed[index] = shared.setdefault(bytes(symbols), bytes(symbols))
+                octets = bytes(symbols)
+                completed[index] = shared.setdefault(octets, octets)
     return following, completed, frozenset(_STARTS[s] for s, ends in accepting.items() if ends)
 
 

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from reshape.upstream.hpack_decoder import HeadDecoder
 
+HUFFMAN = HuffmanEncoder(REQUEST_CODES, REQUEST_CODES_LENGTH)
+
 BROWSER = [
     (b":method", b"GET"),
     (b":authority", b"127.0.0.17:8443"),
@@ -134,9 +136,6 @@ def _literals() -> list[bytes]:
                     long = len(value) >= 0x7F
                     fields.append(head + (b"\x7f\x00" + value if long else _string(value, huffman)))
     return fields
-
-
-HUFFMAN = HuffmanEncoder(REQUEST_CODES, REQUEST_CODES_LENGTH)
 
 
 def test_literal_fields_decode_as_hpacks() -> None:
