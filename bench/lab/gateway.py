@@ -12,7 +12,9 @@ Configurations: direct; mitmdump; reshape `{}` (the default policy: the shared p
 browser's limits); reshape pooled (policies/pooled.yaml); pooled with learned preconnect (the
 same upstream knobs plus `preconnect: {mode: learned}`); pooled with early hints (the same
 upstream knobs plus `early_hints: {mode: learned}`: a 103 naming what earlier loads of the page
-needed); pooled with `--workers 2`. The targets are checked on `pooled`, the pool alone.
+needed); pooled with `--workers 2`; the engine floor (bench/lab/engine_floor.py: the same pool
+behind a minimal CONNECT + TLS + HTTP/2 front end, no mitmproxy: what a front end of reshape's
+own could reach at best). The targets are checked on `pooled`, the pool alone.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ POOLED_POLICY = REPO / "policies" / "pooled.yaml"
 # The `pooled` policy's upstream knobs in policies/pooled.yaml (a test keeps them equal).
 DIRECT = "direct"
 MITMDUMP = "mitmdump"
+ENGINE_FLOOR = "engine-floor"
 POOLED = "reshape-pooled"  # the configuration the targets are about, and the one profiled
 
 
@@ -66,6 +69,8 @@ def gateway_configs(workdir: Path) -> list[Config]:
         Config("pooled-learned", "reshape", learned_policy(workdir), label="pooled + learned"),
         Config("pooled-hints", "reshape", hints_policy(workdir), label="pooled + hints"),
         Config("pooled-w2", "reshape", POOLED_POLICY, label="pooled, 2 workers", workers=2),
+        # The pool behind the thinnest front end: what mitmproxy's part of `pooled` costs.
+        Config(ENGINE_FLOOR, "engine-floor", POOLED_POLICY, label="engine floor"),
     ]
 
 

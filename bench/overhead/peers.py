@@ -195,6 +195,46 @@ def reshape(
         )
 
 
+@contextmanager
+def engine_floor(workdir: Path, origin_ca: Path, policy: Path) -> Iterator[RunningProxy]:
+    """reshape's engine behind the thinnest front end (bench/lab/engine_floor.py) with
+    `policy`, ready once it accepts connections; its CA made by `reshape ca init`."""
+    port = processes.free_port()
+    confdir = workdir / "confdir"
+    venv = REPO / ".venv" / "bin"
+    _set_up("reshape ca init", [str(venv / "reshape"), "ca", "init", "--confdir", str(confdir)])
+    argv = [
+        str(venv / "python"),
+        "-m",
+        "bench.lab.engine_floor",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--confdir",
+        str(confdir),
+        "--upstream-ca",
+        str(origin_ca),
+        "--policy",
+        str(policy),
+    ]
+    # From the checkout, whose bench package the virtualenv does not install.
+    with processes.running(
+        "engine-floor",
+        argv,
+        log=workdir / "engine-floor.log",
+        is_ready=lambda: processes.accepts("127.0.0.1", port),
+        timeout=START_TIMEOUT,
+        error=ProxyStartError,
+        cwd=REPO,
+    ) as process:
+        yield RunningProxy(
+            f"http://127.0.0.1:{port}",
+            confdir / "mitmproxy-ca-cert.pem",
+            INTERCEPTED,
+            (port,),
+            process.pid,
+        )
+
+
 def squid_config(
     port: int, workdir: Path, origin_ca: Path, bump_ca: Path | None, certgen: Path | None
 ) -> str:

@@ -20,9 +20,16 @@ from bench.lab.sites import GATEWAY_PAGES, HOSTS, PHASES, build_pages, phase_of
 from reshape.policy.loader import load_policy_file
 from tests.bench.test_lab_quick import _quick_run
 
-# Every reshape configuration: the warm-up loads warm each worker's pool (bench/lab/runner.py,
-# `warm_up_loads`), so pooled-w2's too.
-WARM_POOLS = ("reshape", "reshape-pooled", "pooled-learned", "pooled-hints", "pooled-w2")
+# Every configuration with reshape's engine: the warm-up loads warm each worker's pool
+# (bench/lab/runner.py, `warm_up_loads`), so pooled-w2's too.
+WARM_POOLS = (
+    "reshape",
+    "reshape-pooled",
+    "pooled-learned",
+    "pooled-hints",
+    "pooled-w2",
+    "engine-floor",
+)
 
 
 def test_learned_policy_is_pooled_plus_learned_preconnect(tmp_path: Path) -> None:
@@ -175,6 +182,7 @@ def test_quick_gateway_keeps_the_pool_warm_across_users(tmp_path: Path) -> None:
             "pooled-learned",
             "pooled-hints",
             "pooled-w2",
+            "engine-floor",
         )
     }
     for load in loads:
