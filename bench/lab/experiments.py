@@ -13,9 +13,9 @@ page's resources on its one resource host), against the rule N = R/2, the browse
 learned (bench/lab/preconnect.py), at RTT 0, 50, 100 and 200 ms between proxy and origins.
 
 `gateway`: reshape as a gateway near its users, its pool warm across users (bench/lab/gateway.py):
-the news-6 and app pages, direct, mitmdump, reshape `{}`, pooled, pooled with learned preconnect
-and pooled with two workers, at RTT 50, 100 and 200 ms between proxy and origins, h1 and h2
-origins; proxy CPU per load.
+the news-6 and app pages, direct, mitmdump, reshape `{}`, pooled, pooled with learned preconnect,
+pooled with two workers and the engine floor (bench/lab/engine_floor.py), at RTT 50, 100 and
+200 ms between proxy and origins, h1 and h2 origins; proxy CPU per load.
 """
 
 from __future__ import annotations
@@ -193,8 +193,8 @@ def experiment(name: str, *, quick: bool = False) -> Experiment:
             "a gateway near its users, its pool warm across users: the news-6 and app pages, "
             "every load a new user (fresh browser context), direct, mitmdump, reshape {}, "
             "pooled, pooled with learned preconnect, pooled with learned early hints, pooled "
-            "with 2 workers, RTT 50/100/200 ms between proxy and origins, h1 and h2 origins; "
-            "proxy CPU per load",
+            "with 2 workers, the engine floor (the pool behind a minimal front end), RTT "
+            "50/100/200 ms between proxy and origins, h1 and h2 origins; proxy CPU per load",
             GATEWAY_PAGES,
             ("h1",) if quick else VARIANTS,
             {f"{rtt} ms": Links(Link(), rtt_link(rtt)) for rtt in gateway_rtts},

@@ -511,6 +511,12 @@ def _setup_lines(run: Run) -> list[str]:
             if any(c.kind == "mitmdump" for c in run.configs)
             else ""
         )
+        + (
+            ". engine floor: bench/lab/engine_floor.py, reshape's engine and the policy's routes"
+            " behind a minimal CONNECT + TLS + HTTP/2 front end, no mitmproxy"
+            if any(c.kind == "engine-floor" for c in run.configs)
+            else ""
+        )
         + ". Every proxy listens behind its own relay on 127.0.0.1.",
         "Browser: Debian's Chromium, headless, one browser process and a fresh browser context "
         "per load (empty cache, no cookies, no connections), QUIC off; bodies are not read "
