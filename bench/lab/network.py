@@ -40,7 +40,7 @@ class Config:
 
     name: str
     kind: str  # "direct", "mitmdump", "reshape" or "engine-floor" (bench/lab/engine_floor.py)
-    policy: Path | None = None  # reshape's policy file
+    policy: Path | None = None  # reshape's (or the engine floor's) policy file
     label: str = ""
     workers: int = 1  # reshape's --workers
 
@@ -173,9 +173,10 @@ class Network:
                 peers.reshape(workdir, ca, config.policy.resolve(), config.workers)
             )
         elif config.kind == "engine-floor":
-            policy = config.policy.resolve() if config.policy else None
-            assert policy is not None, config
-            running = self._stack.enter_context(peers.engine_floor(workdir, ca, policy))
+            assert config.policy is not None, config
+            running = self._stack.enter_context(
+                peers.engine_floor(workdir, ca, config.policy.resolve())
+            )
         else:
             raise ValueError(f"unknown config kind {config.kind!r}")
         relay = self.relays.add("127.0.0.1", ("127.0.0.1", running.ports[0]), client_link)
