@@ -331,7 +331,11 @@ class Engine:
             self.run(
                 pool,
                 pool.request(
-                    waiter.id, started, idempotent=request.idempotent, client=route.client
+                    waiter.id,
+                    started,
+                    idempotent=request.idempotent,
+                    replayable=request.body_stream is None,
+                    client=route.client,
                 ),
             )
             if first_sight and self.first_sight is not None:

@@ -172,7 +172,8 @@ class FailReason(enum.Enum):
     """Why a request will not complete (it may have been sent already)."""
 
     # Unanswered, and it may have been processed (not idempotent, or the first request on a
-    # connection opened for it): never sent twice.
+    # connection opened for it), or its body cannot be sent again (it streamed): never sent
+    # twice.
     CONNECTION_LOST = "connection_lost"
     RETRIES_EXHAUSTED = "retries_exhausted"  # unanswered MAX_ATTEMPTS times
     SHUTDOWN = "shutdown"
@@ -291,6 +292,10 @@ class PoolStateError(Exception):
 class _Waiter:
     waiter_id: int
     idempotent: bool
+    # Its body can be sent again (none, or one held whole): an HTTP/2 origin's word that the
+    # request went unprocessed (REFUSED_STREAM, above a GOAWAY's last stream) lets it go again
+    # even if it is not idempotent. Idempotent requests are replayable.
+    replayable: bool
     enqueued_at: float
     # Identifies this waiter's entry in the deadline heap; a re-queued waiter gets a new one,
     # which makes the old entry stale.
@@ -484,16 +489,25 @@ class HostPool:
     # events
 
     def request(
-        self, waiter_id: int, now: float, *, idempotent: bool, client: object = None
+        self,
+        waiter_id: int,
+        now: float,
+        *,
+        idempotent: bool,
+        replayable: bool = False,
+        client: object = None,
     ) -> list[Action]:
         """A request for this destination; `waiter_id` must not be waiting or in flight.
+        `replayable`: its body could be sent again (see `_Waiter`; implied by `idempotent`).
         `client`: who asks, for a `per_client` cap (any hashable; None counts as a client of
         its own)."""
         if self._closed:
             return [Fail(waiter_id, FailReason.SHUTDOWN)]
         if waiter_id in self._queue or waiter_id in self._assigned:
             raise ValueError(f"waiter {waiter_id} is already waiting or in flight")
-        waiter = _Waiter(waiter_id, idempotent, now, next(self._tokens), client=client)
+        waiter = _Waiter(
+            waiter_id, idempotent, idempotent or replayable, now, next(self._tokens), client=client
+        )
         self._enqueue([waiter], now, front=False)
         actions = self._settle(now)
         if waiter_id in self._queue and len(self._queue) > self._admissible_queue():
@@ -579,7 +593,10 @@ class HostPool:
     ) -> list[Action]:
         """These requests got no response byte and were not processed: HTTP/2 streams refused
         or above a GOAWAY's last stream, or HTTP/1.1 requests that never left because the
-        connection had closed. Idempotent ones go again, at the front of the queue.
+        connection had closed. Idempotent ones go again, at the front of the queue; on HTTP/2,
+        whose origin said they were not processed, so do non-idempotent ones whose body can be
+        sent again (`replayable`; RFC 9113 §8.7, as Chromium retries a refused stream whatever
+        its method), each costing an attempt.
 
         An HTTP/2 connection lives on. An HTTP/1.1 one cannot refuse a single request and carry
         on, so it takes nothing more (its loss is reported later); and as those requests never
@@ -602,7 +619,12 @@ class HostPool:
         # response) may have been: they cost an attempt.
         unprocessed = never_sent or conn.proto is Proto.H2
         actions = self._take_back(
-            conn, waiter_ids, now, never_sent=never_sent, unprocessed=unprocessed
+            conn,
+            waiter_ids,
+            now,
+            never_sent=never_sent,
+            unprocessed=unprocessed,
+            refused=conn.proto is Proto.H2,
         )
         if not conn.in_flight:
             conn.idle_since = now
@@ -1064,14 +1086,17 @@ class HostPool:
         *,
         never_sent: bool = False,
         unprocessed: bool = False,
+        refused: bool = False,
         unproven: int | None = None,
         fresh: bool = False,
     ) -> list[Action]:
         """Requests on `conn` that got no response: idempotent ones go again (in the order they
         were assigned, which is their queue order) unless one is `unproven`, the first request
         on a connection opened for it (see MAX_ATTEMPTS), and the origin did not say it was
-        `unprocessed`; others fail unless they were `never_sent`. Ids not in flight on it are
-        ignored. `fresh`: those going again take no HTTP/1.1 connection used by now."""
+        `unprocessed`; others fail unless they were `never_sent`, or `refused` (an HTTP/2
+        origin said it did not process them, which no HTTP/1.1 loss proves) and replayable.
+        Ids not in flight on it are ignored. `fresh`: those going again take no HTTP/1.1
+        connection used by now."""
         actions: list[Action] = []
         again: list[_Waiter] = []
         named = set(waiter_ids)
@@ -1080,9 +1105,8 @@ class HostPool:
             del conn.in_flight[waiter_id]
             conn.ended()
             del self._assigned[waiter_id]
-            if not never_sent and (
-                not waiter.idempotent or (waiter_id == unproven and not unprocessed)
-            ):
+            may_repeat = waiter.idempotent or (refused and waiter.replayable)
+            if not never_sent and (not may_repeat or (waiter_id == unproven and not unprocessed)):
                 actions.append(Fail(waiter_id, FailReason.CONNECTION_LOST))
             elif waiter.attempts >= MAX_ATTEMPTS:
                 actions.append(Fail(waiter_id, FailReason.RETRIES_EXHAUSTED))

@@ -128,6 +128,28 @@ def test_h2_stream_reset_by_the_origin(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", POLICIES)
+def test_a_post_the_h2_origin_refused_goes_again_if_its_body_was_held(
+    start_reshape: StartProxy, tmp_path: Path, origin_pki: OriginPKI, policy: str
+) -> None:
+    # REFUSED_STREAM says the origin did not process the request (RFC 9113 §8.7): Chromium
+    # sends it again whatever its method, and so does the pool when it still has the body.
+    # A body over `stream_large_bodies` (1 MiB) streamed through: what left is gone.
+    proxy = start(start_reshape, tmp_path, policy)
+    with FaultyOrigin("127.0.0.67", tls=origin_pki.issue(["127.0.0.67"])) as origin:
+        trust = ssl.create_default_context(cafile=str(proxy.ca_cert))
+        with client(proxy, verify=trust, http2=True) as http:
+            held = http.post(origin.url("/refuse-once/held"), content=b"x" * 1000)
+            assert held.status_code == 200, held.text
+            assert held.headers["x-echo"] == "held"
+            streamed = http.post(origin.url("/refuse-once/streamed"), content=b"x" * (2 << 20))
+            assert streamed.status_code == 502, streamed.text
+            assert "REFUSED_STREAM" in streamed.text
+    assert origin.count("/refuse-once/held") == 2  # refused, then answered
+    assert origin.count("/refuse-once/streamed") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", POLICIES)
 def test_an_h2_origins_malformed_response_head_never_reaches_the_client(
     start_reshape: StartProxy, tmp_path: Path, origin_pki: OriginPKI, policy: str
 ) -> None:

@@ -50,6 +50,8 @@ class FaultyOrigin(ScriptedOrigin):
         self.seen: list[tuple[str, str]] = []
         # HTTP/2: request body bytes received so far, per path (as they arrive, not at the end).
         self.received: dict[str, int] = {}
+        # HTTP/2: the targets `/refuse-once/...` has refused (REFUSED_STREAM) once already.
+        self.refused: set[str] = set()
 
     def count(self, path: str) -> int:
         return sum(1 for _, seen in self.seen if seen == path)
@@ -145,6 +147,10 @@ class FaultyOrigin(ScriptedOrigin):
                 path_of[event.stream_id] = path
                 if path == "/reset":
                     connection.reset_stream(event.stream_id, h2.errors.ErrorCodes.INTERNAL_ERROR)
+                elif path.startswith("/refuse-once/") and target.decode() not in self.refused:
+                    # Not processed (RFC 9113 §8.7): the client may send it again.
+                    self.refused.add(target.decode())
+                    connection.reset_stream(event.stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
                 elif path.startswith("/bad-head/"):
                     connection.config.validate_outbound_headers = False
                     connection.config.normalize_outbound_headers = False

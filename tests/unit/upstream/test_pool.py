@@ -591,17 +591,48 @@ def test_the_first_request_on_a_new_connection_lost_unanswered_is_not_sent_again
     ]
 
 
-@pytest.mark.parametrize("idempotent", [True, False])
-def test_refused_streams_go_again_on_the_same_connection(idempotent: bool) -> None:
+@pytest.mark.parametrize(
+    ("idempotent", "replayable", "again"),
+    [
+        (True, False, True),
+        # A POST whose body the engine holds whole: the origin said it did not process it.
+        (False, True, True),
+        # A POST whose body streamed from the client: what left cannot be sent again.
+        (False, False, False),
+    ],
+)
+def test_refused_streams_go_again_on_the_same_connection(
+    idempotent: bool, replayable: bool, again: bool
+) -> None:
     pool = make()
-    pool.request(1, 0.0, idempotent=idempotent)
+    pool.request(1, 0.0, idempotent=idempotent, replayable=replayable)
     pool.connection_ready(1, H2, 0.0, max_streams=10)
     expected: list[Action] = (
-        [Retry(1), Assign(1, 1, REUSED, 0.0)]
-        if idempotent
-        else [Fail(1, FailReason.CONNECTION_LOST)]
+        [Retry(1), Assign(1, 1, REUSED, 0.0)] if again else [Fail(1, FailReason.CONNECTION_LOST)]
     )
     assert pool.requests_unanswered(1, [1], 1.0) == expected
+
+
+def test_a_refused_post_goes_again_a_bounded_number_of_times() -> None:
+    pool = make()
+    pool.request(1, 0.0, idempotent=False, replayable=True)
+    assert pool.connection_ready(1, H2, 0.0, max_streams=10) == [Assign(1, 1, NEW, 0.0)]
+    for _ in range(MAX_ATTEMPTS - 1):
+        assert pool.requests_unanswered(1, [1], 1.0) == [Retry(1), Assign(1, 1, REUSED, 0.0)]
+    assert pool.requests_unanswered(1, [1], 2.0) == [Fail(1, FailReason.RETRIES_EXHAUSTED)]
+
+
+def test_a_post_lost_on_http1_is_not_sent_again_even_if_replayable() -> None:
+    # Only an HTTP/2 origin's word proves a request unprocessed; the keep-alive race (the one
+    # request on a reused HTTP/1.1 connection, found closed) is no proof for a POST.
+    pool = make()
+    pool.request(1, 0.0, idempotent=True)
+    pool.connection_ready(1, H1, 0.0)
+    pool.request_done(1, 1, 0.5, reusable=True)
+    assert pool.request(2, 1.0, idempotent=False, replayable=True) == [Assign(2, 1, REUSED, 0.0)]
+    assert pool.connection_lost(1, 1.5, unanswered=[2], first_sent=1) == [
+        Fail(2, FailReason.CONNECTION_LOST)
+    ]
 
 
 def test_an_h2_request_that_never_left_costs_no_attempt() -> None:
@@ -1149,6 +1180,7 @@ class ModelConn:
 class ModelWaiter:
     idempotent: bool
     enqueued_at: float
+    replayable: bool = False  # its body could be sent again (implied by idempotent)
     status: str = "queued"  # queued | in_flight | unanswered | final
     requeued: bool = False
     assigns: int = 0
@@ -1291,6 +1323,7 @@ class PoolMachine(RuleBasedStateMachine):
         unanswered: list[int] | None = None,
         never_sent: bool = False,
         unprocessed: bool = False,
+        refused: bool = False,
         unproven: int | None = None,
         new_waiter: int | None = None,
         fresh: bool = False,
@@ -1397,8 +1430,10 @@ class PoolMachine(RuleBasedStateMachine):
             elif isinstance(action, Retry):
                 waiter = self.waiters[action.waiter_id]
                 assert action.waiter_id in pending and waiter.status == "unanswered"
-                assert never_sent or (
-                    waiter.idempotent and (unprocessed or action.waiter_id != unproven)
+                assert (
+                    never_sent
+                    or (refused and waiter.replayable)
+                    or (waiter.idempotent and (unprocessed or action.waiter_id != unproven))
                 )
                 assert waiter.attempts < MAX_ATTEMPTS
                 pending.remove(action.waiter_id)
@@ -1424,8 +1459,10 @@ class PoolMachine(RuleBasedStateMachine):
                 else:
                     assert action.waiter_id in pending and waiter.status == "unanswered"
                     pending.remove(action.waiter_id)
-                    if never_sent or (
-                        waiter.idempotent and (unprocessed or action.waiter_id != unproven)
+                    if (
+                        never_sent
+                        or (refused and waiter.replayable)
+                        or (waiter.idempotent and (unprocessed or action.waiter_id != unproven))
                     ):
                         assert action.reason is FailReason.RETRIES_EXHAUSTED
                         assert waiter.attempts >= MAX_ATTEMPTS
@@ -1444,17 +1481,23 @@ class PoolMachine(RuleBasedStateMachine):
 
     # events
 
-    @rule(asks=st.lists(st.tuples(st.booleans(), CLIENTS), min_size=1, max_size=3))
-    def request(self, asks: list[tuple[bool, object]]) -> None:
-        for idempotent, client in asks:
-            self._request(idempotent, client)
+    @rule(asks=st.lists(st.tuples(st.booleans(), st.booleans(), CLIENTS), min_size=1, max_size=3))
+    def request(self, asks: list[tuple[bool, bool, object]]) -> None:
+        for idempotent, replayable, client in asks:
+            self._request(idempotent, client, replayable=replayable)
 
-    def _request(self, idempotent: bool, client: object = None) -> None:
+    def _request(
+        self, idempotent: bool, client: object = None, *, replayable: bool = False
+    ) -> None:
         self.last_waiter += 1
         w = self.last_waiter
-        self.waiters[w] = ModelWaiter(idempotent, self.now, client=client)
+        self.waiters[w] = ModelWaiter(
+            idempotent, self.now, replayable=idempotent or replayable, client=client
+        )
         self.queue.append(w)
-        actions = self.pool.request(w, self.now, idempotent=idempotent, client=client)
+        actions = self.pool.request(
+            w, self.now, idempotent=idempotent, replayable=replayable, client=client
+        )
         self.play(actions, "request", new_waiter=w)
         if self.waiters[w].status == "queued":
             assert len(self.queue) <= self.limits.max_queue + self.connecting()
@@ -1597,6 +1640,7 @@ class PoolMachine(RuleBasedStateMachine):
             unanswered=unanswered,
             never_sent=never_sent,
             unprocessed=never_sent or conn.proto is H2,
+            refused=conn.proto is H2,
         )
 
     @precondition(lambda self: self.ready_conns())
