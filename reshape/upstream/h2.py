@@ -425,6 +425,10 @@ class H2Upstream:
         if self.goaway_received and not self._streams:
             self.close()
 
+    def _peer(self) -> str:
+        peer = self.wire.transport.get_extra_info("peername") if self.wire.transport else None
+        return f"{peer[0]}:{peer[1]}" if peer else "?"
+
     def _forget(self, stream_id: int) -> int | None:
         self._streams.pop(stream_id, None)
         return self._waiter_of.pop(stream_id, None)
@@ -440,16 +444,7 @@ class H2Upstream:
                     events = self.h2.receive_data(data)
                 except ProtocolError as e:
                     error = UpstreamError(f"HTTP/2 protocol error from the origin: {e}")
-                    peer = (
-                        self.wire.transport.get_extra_info("peername")
-                        if self.wire.transport
-                        else None
-                    )
-                    log.warning(
-                        "HTTP/2 origin %s: %s; its connection is closed",
-                        f"{peer[0]}:{peer[1]}" if peer else "?",
-                        e,
-                    )
+                    log.warning("HTTP/2 origin %s: %s; its connection is closed", self._peer(), e)
                     # What the frames before the broken one said still holds: a response
                     # they completed is delivered, a GOAWAY they carried is obeyed.
                     for event in e.events:
@@ -513,9 +508,16 @@ class H2Upstream:
                     self._release(response, reusable=True)
                     return
                 refused = event.error_code == REFUSED_STREAM and not response.head.done()
-                error = (Unanswered if refused else UpstreamError)(
-                    f"origin reset the stream ({error_name(event.error_code)})"
-                )
+                if event.malformed:
+                    # This side reset it: an answer, if a broken one, so never sent again.
+                    log.warning(
+                        "HTTP/2 origin %s: malformed response: %s", self._peer(), event.malformed
+                    )
+                    error = UpstreamError(f"malformed response from the origin: {event.malformed}")
+                else:
+                    error = (Unanswered if refused else UpstreamError)(
+                        f"origin reset the stream ({error_name(event.error_code)})"
+                    )
                 response._fail(error)
                 self._drop_unread(response)
                 response.finished = True

@@ -18,9 +18,12 @@ Origins can be hostile, so what they send is checked as RFC 9113 says (frame siz
 stream states, flow control, the response's fields and its declared length), frames that only
 make work are counted (floods: see MAX_OWED_CONTROL_FRAMES and the limits after it), and anything
 wrong is a `ProtocolError`: a GOAWAY with its error code is queued and the connection must be
-closed, as h2 did for the engine. The few stream errors a client meets in normal operation are
-handled here: frames on a stream this side has reset are dropped (their flow-control bytes given
-back), as RFC 9113 §5.4.2 allows.
+closed, as h2 did for the engine — but for a malformed response (RFC 9113 §8.1.1: a field HTTP/2
+forbids, a bad :status, DATA before the head, a body that does not match its content-length),
+which is the stream's error, not the connection's: that stream is reset with PROTOCOL_ERROR and
+`StreamReset.malformed` says why, and the connection goes on serving the other streams (in a
+shared pool, other clients' requests). Frames on a stream this side has reset are dropped (their
+flow-control bytes given back), as RFC 9113 §5.4.2 allows.
 
 What the engine sends is checked less: the caller gives fields ready to encode
 (reshape/upstream/h2.py `outbound_fields`) and sends no more DATA than `send_window_of` allows.
@@ -134,6 +137,16 @@ class StreamIdsExhausted(ProtocolError):
     """Every client stream id has been used: open a new connection."""
 
 
+class _Malformed(Exception):
+    """A malformed response on `stream_id` (RFC 9113 §8.1.1): a stream error. `flow_controlled`:
+    the bytes of the frame that showed it, which no reader will acknowledge."""
+
+    def __init__(self, message: str, stream_id: int, flow_controlled: int = 0) -> None:
+        super().__init__(message)
+        self.stream_id = stream_id
+        self.flow_controlled = flow_controlled
+
+
 def error_name(code: int) -> str:
     return ERROR_NAMES.get(code, f"error {code:#x}")
 
@@ -178,6 +191,8 @@ class StreamEnded:
 class StreamReset:
     stream_id: int
     error_code: int
+    # Not empty: this side reset the stream, as the origin's response was malformed (why).
+    malformed: str = ""
 
 
 @dataclass(slots=True)
@@ -472,9 +487,10 @@ class ClientConnection:
 
     def _remote_end(self, stream: _Stream, events: list[Event]) -> None:
         if stream.expected_length is not None and stream.received_length != stream.expected_length:
-            raise ProtocolError(
+            raise _Malformed(
                 f"stream {stream.stream_id}: {stream.received_length} bytes of body against a "
-                f"content-length of {stream.expected_length}"
+                f"content-length of {stream.expected_length}",
+                stream.stream_id,
             )
         stream.remote_ended = True
         events.append(StreamEnded(stream.stream_id))
@@ -524,9 +540,12 @@ class ClientConnection:
                 break
             payload = data[at + 9 : at + 9 + length]
             at += 9 + length
-            self._receive_frame(
-                length_kind & 0xFF, flags, stream_id & MAX_STREAM_ID, payload, events
-            )
+            try:
+                self._receive_frame(
+                    length_kind & 0xFF, flags, stream_id & MAX_STREAM_ID, payload, events
+                )
+            except _Malformed as e:
+                self._reset_malformed(e, events)
         if at < end:
             buffer += data[at:]
 
@@ -582,6 +601,16 @@ class ClientConnection:
             raise ProtocolError("CONTINUATION without HEADERS before it")
         # Other types are extensions: ignored (RFC 9113 §5.5).
 
+    def _reset_malformed(self, error: _Malformed, events: list[Event]) -> None:
+        """The stream error of a malformed response: RST_STREAM PROTOCOL_ERROR, the stream
+        forgotten (its late frames dropped), the frame's bytes given back to the connection."""
+        stream_id = error.stream_id
+        self._answer(RST_STREAM, 0, stream_id, _U32.pack(PROTOCOL_ERROR))
+        self._remember_reset(stream_id)
+        self.streams.pop(stream_id, None)
+        self.acknowledge_connection_data(error.flow_controlled)
+        events.append(StreamReset(stream_id, PROTOCOL_ERROR, malformed=str(error)))
+
     def _stream_for(self, stream_id: int, what: str, events: list[Event]) -> _Stream | None:
         """The open stream a frame from the origin is for; None for a stream this side reset,
         closed both ways, or already ended by the origin (the frame is dropped; the last two
@@ -623,12 +652,15 @@ class ClientConnection:
             raise ProtocolError(f"DATA beyond stream {stream_id}'s window", FLOW_CONTROL_ERROR)
         stream.receive_window -= size
         if not stream.head_received:
-            raise ProtocolError(f"DATA before a response head on stream {stream_id}")
+            raise _Malformed(f"DATA before a response head on stream {stream_id}", stream_id, size)
         data = _unpad(flags, payload) if flags & PADDED else payload
         stream.received_length += len(data)
         if stream.expected_length is not None and stream.received_length > stream.expected_length:
-            raise ProtocolError(
-                f"stream {stream_id}: more body than its content-length of {stream.expected_length}"
+            raise _Malformed(
+                f"stream {stream_id}: more body than its content-length of "
+                f"{stream.expected_length}",
+                stream_id,
+                size,
             )
         if data or size:
             events.append(DataReceived(stream_id, data, size))
@@ -679,20 +711,22 @@ class ClientConnection:
         end_stream = bool(flags & END_STREAM)
         if stream.head_received:
             if not end_stream:
-                raise ProtocolError(f"trailers on stream {stream_id} that do not end it")
+                raise _Malformed(f"trailers on stream {stream_id} that do not end it", stream_id)
             events.append(TrailersReceived(stream_id, _regular_fields(fields, stream_id)))
             self._remote_end(stream, events)
             return
         if not fields or fields[0][0] != b":status":
-            raise ProtocolError(f"a response head without :status first on stream {stream_id}")
+            raise _Malformed(
+                f"a response head without :status first on stream {stream_id}", stream_id
+            )
         value = fields[0][1]
         if not _STATUS.fullmatch(value):
-            raise ProtocolError(f"an invalid :status {value!r} on stream {stream_id}")
+            raise _Malformed(f"an invalid :status {value!r} on stream {stream_id}", stream_id)
         status = int(value)
         headers = _regular_fields(fields[1:], stream_id)
         if status < 200:
             if end_stream or status == 101:
-                raise ProtocolError(f"an invalid {status} response on stream {stream_id}")
+                raise _Malformed(f"an invalid {status} response on stream {stream_id}", stream_id)
             events.append(InformationalResponse(stream_id, status, headers))
             return
         stream.head_received = True
@@ -713,8 +747,9 @@ class ClientConnection:
                             and stream.expected_length != int(field_value)
                         )
                     ):
-                        raise ProtocolError(
-                            f"an invalid content-length {field_value!r} on stream {stream_id}"
+                        raise _Malformed(
+                            f"an invalid content-length {field_value!r} on stream {stream_id}",
+                            stream_id,
                         )
                     stream.expected_length = int(field_value)
         events.append(ResponseReceived(stream_id, status, headers, end_stream))
@@ -806,14 +841,16 @@ def _unpad(flags: int, payload: bytes) -> bytes:
 
 def _regular_fields(fields: Sequence[tuple[bytes, bytes]], stream_id: int) -> Fields:
     """A response head's or trailers' fields but the first pseudo-field, checked as RFC 9113
-    §8.2 and §8.3 say; a ProtocolError for any that is not valid."""
+    §8.2 and §8.3 say; the stream's response is malformed if any is not valid."""
     checked: Fields = []
     for name, value in fields:
         if not name or _NAME_FORBIDDEN.search(name):
-            raise ProtocolError(f"an invalid field name {name!r} on stream {stream_id}")
+            raise _Malformed(f"an invalid field name {name!r} on stream {stream_id}", stream_id)
         if name in _CONNECTION_SPECIFIC or (name == b"te" and value != b"trailers"):
-            raise ProtocolError(f"a connection-specific field {name!r} on stream {stream_id}")
+            raise _Malformed(
+                f"a connection-specific field {name!r} on stream {stream_id}", stream_id
+            )
         if value and _VALUE_FORBIDDEN.search(value):
-            raise ProtocolError(f"an invalid value in {name!r} on stream {stream_id}")
+            raise _Malformed(f"an invalid value in {name!r} on stream {stream_id}", stream_id)
         checked.append((name, value))
     return checked

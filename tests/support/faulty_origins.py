@@ -52,6 +52,7 @@ class FaultyOrigin(ScriptedOrigin):
         self.received: dict[str, int] = {}
         # HTTP/2: the targets `/refuse-once/...` has refused (REFUSED_STREAM) once already.
         self.refused: set[str] = set()
+        self.connections = 0  # accepted so far
 
     def count(self, path: str) -> int:
         return sum(1 for _, seen in self.seen if seen == path)
@@ -60,6 +61,7 @@ class FaultyOrigin(ScriptedOrigin):
         return sum(1 for _, seen in self.seen if seen.startswith(prefix))
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         if self.tls is not None:
             await self._serve_h2(reader, writer)
         else:

@@ -235,6 +235,39 @@ async def test_a_request_that_breaks_after_its_head_is_reset() -> None:
     assert link.books.told == [("done", 1, True)]
 
 
+async def test_a_malformed_response_fails_its_request_alone() -> None:
+    # RFC 9113 §8.1.1: a stream error. The request was answered (badly): it is not sent again,
+    # and the connection, which other clients' streams share, carries on.
+    link, task = await a_get_at_the_origin()
+    link.server.config.validate_outbound_headers = False
+    link.server.config.normalize_outbound_headers = False
+    link.server.send_headers(1, [(b":status", b"200"), (b"connection", b"close")])
+    events = await link.settle()
+    with pytest.raises(UpstreamError, match="malformed response from the origin: a connection"):
+        task.result()
+    assert [e.error_code for e in events if isinstance(e, h2.events.StreamReset)] == [0x1]
+    assert link.books.told == [("done", 1, True)]
+    second = link.exchange(2, get(b"/next"))
+    await link.settle()
+    link.server.send_headers(3, [(b":status", b"200"), (b"content-length", b"2")])
+    link.server.send_data(3, b"ok", end_stream=True)
+    await link.settle()
+    assert await body_of(second.result()) == b"ok"
+
+
+async def test_a_body_beyond_its_length_cuts_the_response_off() -> None:
+    link, task = await a_get_at_the_origin()
+    link.server.config.validate_outbound_headers = False
+    link.server.send_headers(1, [(b":status", b"200"), (b"content-length", b"2")])
+    link.server.send_data(1, b"okay")
+    await link.settle()
+    response = task.result()  # the head had arrived whole
+    with pytest.raises(UpstreamError, match="more body than its content-length"):
+        await body_of(response)
+    assert link.books.told == [("done", 1, True)]
+    assert not link.upstream.closed
+
+
 async def test_a_complete_response_outlives_its_connection() -> None:
     # The origin answered in full, then closed (nginx after keepalive_requests): the response,
     # not yet read, is delivered whole and ends cleanly.

@@ -368,12 +368,16 @@ def test_a_header_block_may_be_split_by_the_origin() -> None:
     ]
 
 
-def test_a_body_on_a_response_to_head_closes_the_connection() -> None:
+def test_a_body_on_a_response_to_head_resets_its_stream() -> None:
     client = raw_client()
     client.send_headers(1, [(b":method", b"HEAD"), *HEAD[1:]], end_stream=True)
     head = frame(1, 0x4, 1, block([(b":status", b"200"), (b"content-length", b"3")]))
-    with pytest.raises(ProtocolError, match="more body than its content-length of 0"):
-        client.receive_data(head + frame(0, 0x1, 1, b"abc"))
+    events = client.receive_data(head + frame(0, 0x1, 1, b"abc"))
+    assert events[0] == ResponseReceived(1, 200, [(b"content-length", b"3")], False)
+    assert events[1] == StreamReset(
+        1, PROTOCOL_ERROR, malformed="stream 1: more body than its content-length of 0"
+    )
+    assert not client.closed
 
 
 def test_frames_on_a_stream_closed_both_ways_are_dropped_with_a_reset() -> None:
@@ -491,72 +495,6 @@ BAD = {
     "frame too large": (frame(0, 0, 1, b"x" * 16_385), FRAME_SIZE_ERROR, True),
     "DATA on a stream never opened": (frame(0, 0, 5, b"x"), PROTOCOL_ERROR, True),
     "DATA on an even stream": (frame(0, 0, 2, b"x"), PROTOCOL_ERROR, True),
-    "DATA before the head": (frame(0, 0, 1, b"x"), PROTOCOL_ERROR, True),
-    "body short of its length": (
-        _head([(b":status", b"200"), (b"content-length", b"5")]) + frame(0, 1, 1, b"abc"),
-        PROTOCOL_ERROR,
-        True,
-    ),
-    "body beyond its length": (
-        _head([(b":status", b"200"), (b"content-length", b"1")]) + frame(0, 0, 1, b"abc"),
-        PROTOCOL_ERROR,
-        True,
-    ),
-    "two different lengths": (
-        _head([(b":status", b"200"), (b"content-length", b"1"), (b"content-length", b"2")]),
-        PROTOCOL_ERROR,
-        True,
-    ),
-    "a length not a number": (
-        _head([(b":status", b"200"), (b"content-length", b"-1")]),
-        PROTOCOL_ERROR,
-        True,
-    ),
-    "no :status": (_head([(b"x-a", b"b")]), PROTOCOL_ERROR, True),
-    "a bad :status": (_head([(b":status", b"20x")]), PROTOCOL_ERROR, True),
-    "a request pseudo-field": (
-        _head([(b":status", b"200"), (b":path", b"/")]),
-        PROTOCOL_ERROR,
-        True,
-    ),
-    "an upper-case name": (_head([(b":status", b"200"), (b"X-A", b"b")]), PROTOCOL_ERROR, True),
-    "a connection field": (
-        _head([(b":status", b"200"), (b"connection", b"close")]),
-        PROTOCOL_ERROR,
-        True,
-    ),
-    "transfer-encoding": (
-        _head([(b":status", b"200"), (b"transfer-encoding", b"chunked")]),
-        PROTOCOL_ERROR,
-        True,
-    ),
-    "a value with a line break": (
-        _head([(b":status", b"200"), (b"x-a", b"b\r\nx-b: c")]),
-        PROTOCOL_ERROR,
-        True,
-    ),
-    "a value with surrounding space": (
-        _head([(b":status", b"200"), (b"x-a", b" b")]),
-        PROTOCOL_ERROR,
-        True,
-    ),
-    "101": (_head([(b":status", b"101")]), PROTOCOL_ERROR, True),
-    "a 1xx ending the stream": (_head([(b":status", b"103")], 0x5), PROTOCOL_ERROR, True),
-    "trailers not ending the stream": (
-        _head([(b":status", b"200")]) + _head([(b"x-t", b"1")]),
-        PROTOCOL_ERROR,
-        True,
-    ),
-    "a pseudo-field in trailers": (
-        _head([(b":status", b"200")]) + frame(1, 0x5, 1, block([(b":status", b"200")])),
-        PROTOCOL_ERROR,
-        True,
-    ),
-    "a content-length too long to be one": (
-        _head([(b":status", b"200"), (b"content-length", b"9" * 4_400)]),
-        PROTOCOL_ERROR,
-        True,
-    ),
     "DATA beyond the stream's window": (
         _head([(b":status", b"200")]) + frame(0, 0, 1, b"x" * 16_384) * 5,
         FLOW_CONTROL_ERROR,
@@ -605,6 +543,58 @@ BAD = {
         True,
     ),
 }
+
+
+# Malformed responses (RFC 9113 §8.1.1): each the error of its stream, not the connection's.
+MALFORMED = {
+    "DATA before the head": frame(0, 0, 1, b"x"),
+    "body short of its length": _head([(b":status", b"200"), (b"content-length", b"5")])
+    + frame(0, 1, 1, b"abc"),
+    "body beyond its length": _head([(b":status", b"200"), (b"content-length", b"1")])
+    + frame(0, 0, 1, b"abc"),
+    "two different lengths": _head(
+        [(b":status", b"200"), (b"content-length", b"1"), (b"content-length", b"2")]
+    ),
+    "a length not a number": _head([(b":status", b"200"), (b"content-length", b"-1")]),
+    "no :status": _head([(b"x-a", b"b")]),
+    "a bad :status": _head([(b":status", b"20x")]),
+    "a request pseudo-field": _head([(b":status", b"200"), (b":path", b"/")]),
+    "an upper-case name": _head([(b":status", b"200"), (b"X-A", b"b")]),
+    "a connection field": _head([(b":status", b"200"), (b"connection", b"close")]),
+    "transfer-encoding": _head([(b":status", b"200"), (b"transfer-encoding", b"chunked")]),
+    "a value with a line break": _head([(b":status", b"200"), (b"x-a", b"b\r\nx-b: c")]),
+    "a value with surrounding space": _head([(b":status", b"200"), (b"x-a", b" b")]),
+    "101": _head([(b":status", b"101")]),
+    "a 1xx ending the stream": _head([(b":status", b"103")], 0x5),
+    "trailers not ending the stream": _head([(b":status", b"200")]) + _head([(b"x-t", b"1")]),
+    "a pseudo-field in trailers": _head([(b":status", b"200")])
+    + frame(1, 0x5, 1, block([(b":status", b"200")])),
+    "a content-length too long to be one": _head(
+        [(b":status", b"200"), (b"content-length", b"9" * 4_400)]
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_a_malformed_response_resets_its_stream_and_the_connection_goes_on(case: str) -> None:
+    client = raw_client()
+    client.send_headers(1, HEAD, end_stream=True)
+    client.send_headers(3, HEAD, end_stream=True)
+    client.data_to_send()
+    events = client.receive_data(MALFORMED[case])
+    reset = events[-1]
+    assert isinstance(reset, StreamReset) and reset.stream_id == 1, events
+    assert reset.error_code == PROTOCOL_ERROR and "stream 1" in reset.malformed
+    assert not client.closed
+    out = client.data_to_send()
+    assert frame(3, 0, 1, struct.pack(">I", PROTOCOL_ERROR)) in out and not has_goaway(out)
+    # The stream's late frames are dropped; the others go on.
+    late = frame(0, 0x1, 1, b"late")
+    answer = frame(1, 0x5, 3, block([(b":status", b"204")]))
+    assert client.receive_data(late + answer) == [
+        ResponseReceived(3, 204, [], True),
+        StreamEnded(3),
+    ]
 
 
 @pytest.mark.parametrize("case", list(BAD))
