@@ -329,6 +329,10 @@ class H2Upstream:
             # handed over close to it.
             self._flush_soon()
             await response.head
+            if response._error is not None:
+                # It broke in the read that brought its head (a malformed response, a reset):
+                # nothing of it has gone to the client, which gets the error instead.
+                raise response._error
         except _StreamClosed:
             # The stream closed under its body. The origin reset it or went away (the pool has
             # been told what became of the request; its error says the same), or it had

@@ -255,13 +255,26 @@ async def test_a_malformed_response_fails_its_request_alone() -> None:
     assert await body_of(second.result()) == b"ok"
 
 
+async def test_a_head_that_breaks_in_its_own_read_never_reaches_the_client() -> None:
+    # The head ends the stream but announces a body: malformed, found in the same read, so the
+    # exchange fails rather than hand over a head whose response is already broken.
+    link, task = await a_get_at_the_origin()
+    link.server.config.validate_outbound_headers = False
+    link.server.send_headers(1, [(b":status", b"200"), (b"content-length", b"5")], end_stream=True)
+    await link.settle()
+    with pytest.raises(UpstreamError, match="malformed response .* against a content-length"):
+        task.result()
+    assert link.books.told == [("done", 1, True)]
+
+
 async def test_a_body_beyond_its_length_cuts_the_response_off() -> None:
     link, task = await a_get_at_the_origin()
     link.server.config.validate_outbound_headers = False
     link.server.send_headers(1, [(b":status", b"200"), (b"content-length", b"2")])
+    await link.settle()
+    response = task.result()  # the head has gone on to the client
     link.server.send_data(1, b"okay")
     await link.settle()
-    response = task.result()  # the head had arrived whole
     with pytest.raises(UpstreamError, match="more body than its content-length"):
         await body_of(response)
     assert link.books.told == [("done", 1, True)]
