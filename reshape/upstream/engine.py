@@ -156,6 +156,10 @@ class Mailbox:
     def empty(self) -> bool:
         return not self._items
 
+    def holds_assign(self, conn_id: int) -> bool:
+        """An assignment to connection `conn_id` waits here, not yet taken up."""
+        return any(type(item) is Assign and item.conn_id == conn_id for item in self._items)
+
     def get_nowait(self) -> Action:
         return self._items.popleft()
 
@@ -236,6 +240,14 @@ class ConnectionRecord:
         # The pool's record of what is in flight here is the one record: whatever had no
         # response begun (sent or not yet) goes back as unanswered.
         unanswered = sorted(set(self.pool.in_flight_on(self.conn_id)).difference(answered))
+        # Assigned to it in the turn it was lost, the assignment still in the mailbox: the
+        # connection never had them.
+        untaken = [
+            waiter_id
+            for waiter_id in unanswered
+            if (waiter := self.engine.waiters.get(waiter_id)) is not None
+            and waiter.mailbox.holds_assign(self.conn_id)
+        ]
         broken_before = self.pool.pipelining_broken
         actions = self.pool.connection_lost(
             self.conn_id,
@@ -243,6 +255,7 @@ class ConnectionRecord:
             unanswered=unanswered,
             graceful=graceful,
             first_sent=first_sent,
+            never_sent=untaken,
         )
         if self.pool.pipelining_broken and not broken_before:
             self.engine.observer.pipelining_disabled()

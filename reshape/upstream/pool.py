@@ -68,7 +68,7 @@ import heapq
 import itertools
 import math
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 # How often one idempotent request may be sent before a lost connection fails it instead of
@@ -638,6 +638,7 @@ class HostPool:
         unanswered: Sequence[int],
         graceful: bool = False,
         first_sent: int | None = None,
+        never_sent: Collection[int] = (),
     ) -> list[Action]:
         """The connection closed. `unanswered` got no response byte: idempotent ones go again
         at the front of the queue, unless each was the first request on a connection opened for
@@ -655,13 +656,21 @@ class HostPool:
         behind were expected to go unanswered: that neither counts as an attempt nor as
         breaking pipelining. Neither does the keep-alive race: the one request on a reused
         HTTP/1.1 connection finding it closed by the origin (RFC 9112 §9.3.1, as browsers
-        retry it)."""
+        retry it).
+
+        `never_sent`: those of `unanswered` the driver never had (assigned to this connection in
+        the turn it was lost, as when a refused stream's retry was given it again): they go
+        again whatever their method, at no attempt's cost."""
         conn = self._conns.get(conn_id)
         if conn is None:
             return []
         if conn.state is ConnState.CONNECTING:
             return self._connect_failed(conn, now)
         del self._conns[conn_id]
+        unsent = [w for w in conn.in_flight if w in never_sent]
+        for waiter_id in unsent:
+            conn.in_flight[waiter_id].attempts -= 1
+        requeued = self._take_back(conn, unsent, now, never_sent=True, fresh=not graceful)
         lost = set(unanswered) & conn.in_flight.keys()
         # The race: the one request in flight on a connection that had served others before it
         # (not the connection's first request: that one is no race), once per request (a
@@ -691,7 +700,7 @@ class HostPool:
         )
         for waiter_id in conn.in_flight:
             del self._assigned[waiter_id]
-        return actions + self._settle(now)
+        return requeued + actions + self._settle(now)
 
     def idle_connection_closed_by_server(self, conn_id: int, now: float) -> list[Action]:
         """The driver saw an idle connection turn readable or hit EOF: it is never handed out."""

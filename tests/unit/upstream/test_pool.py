@@ -622,6 +622,23 @@ def test_a_refused_post_goes_again_a_bounded_number_of_times() -> None:
     assert pool.requests_unanswered(1, [1], 2.0) == [Fail(1, FailReason.RETRIES_EXHAUSTED)]
 
 
+def test_a_retry_assigned_to_a_connection_lost_in_the_same_turn_goes_again() -> None:
+    # A refused stream and the connection's end in one read: the retry is assigned to the
+    # connection before its loss is known, and never leaves. It goes again, at no cost.
+    pool = make()
+    pool.request(1, 0.0, idempotent=False, replayable=True)
+    assert pool.connection_ready(1, H2, 0.0, max_streams=10) == [Assign(1, 1, NEW, 0.0)]
+    assert pool.requests_unanswered(1, [1], 1.0) == [Retry(1), Assign(1, 1, REUSED, 0.0)]
+    assert pool.connection_lost(1, 1.0, unanswered=[1], never_sent=[1]) == [Retry(1), Open(2)]
+    assert pool.connection_ready(2, H2, 1.5, max_streams=10) == [Assign(1, 2, NEW, 0.5)]
+    # Told only that it went unanswered, the pool would fail it: it may have left.
+    pool = make()
+    pool.request(1, 0.0, idempotent=False, replayable=True)
+    pool.connection_ready(1, H2, 0.0, max_streams=10)
+    pool.requests_unanswered(1, [1], 1.0)
+    assert pool.connection_lost(1, 1.0, unanswered=[1]) == [Fail(1, FailReason.CONNECTION_LOST)]
+
+
 def test_a_post_lost_on_http1_is_not_sent_again_even_if_replayable() -> None:
     # Only an HTTP/2 origin's word proves a request unprocessed; the keep-alive race (the one
     # request on a reused HTTP/1.1 connection, found closed) is no proof for a POST.
