@@ -15,6 +15,7 @@ import ssl
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -46,6 +47,18 @@ def start(start_reshape: StartProxy, tmp_path: Path, policy: str) -> RunningProx
 
 def client(proxy: RunningProxy, **kwargs: object) -> httpx.Client:
     return httpx.Client(proxy=proxy.proxy_url, timeout=15, **kwargs)  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def h2_origin_through(
+    proxy: RunningProxy, origin_pki: OriginPKI, host: str, *, http2: bool = True
+) -> Iterator[tuple[FaultyOrigin, httpx.Client]]:
+    """An HTTP/2 FaultyOrigin on `host` and a client that reaches it through `proxy` (HTTP/2 to
+    the proxy unless `http2` is False), trusting the proxy's CA."""
+    with FaultyOrigin(host, tls=origin_pki.issue([host])) as origin:
+        trust = ssl.create_default_context(cafile=str(proxy.ca_cert))
+        with client(proxy, verify=trust, http2=http2) as http:
+            yield origin, http
 
 
 @pytest.mark.slow
@@ -116,13 +129,11 @@ def test_h2_stream_reset_by_the_origin(
     start_reshape: StartProxy, tmp_path: Path, origin_pki: OriginPKI, policy: str
 ) -> None:
     proxy = start(start_reshape, tmp_path, policy)
-    with FaultyOrigin("127.0.0.67", tls=origin_pki.issue(["127.0.0.67"])) as origin:
-        trust = ssl.create_default_context(cafile=str(proxy.ca_cert))
-        with client(proxy, verify=trust, http2=True) as http:
-            reset = http.post(origin.url("/reset"), content=b"once")
-            assert reset.status_code == 502, reset.text
-            # The same origin connection keeps serving the other streams.
-            assert http.get(origin.url("/echo/next")).text == "next"
+    with h2_origin_through(proxy, origin_pki, "127.0.0.67") as (origin, http):
+        reset = http.post(origin.url("/reset"), content=b"once")
+        assert reset.status_code == 502, reset.text
+        # The same origin connection keeps serving the other streams.
+        assert http.get(origin.url("/echo/next")).text == "next"
     assert origin.count("/reset") == 1
 
 
@@ -135,15 +146,13 @@ def test_a_post_the_h2_origin_refused_goes_again_if_its_body_was_held(
     # sends it again whatever its method, and so does the pool when it still has the body.
     # A body over `stream_large_bodies` (1 MiB) streamed through: what left is gone.
     proxy = start(start_reshape, tmp_path, policy)
-    with FaultyOrigin("127.0.0.67", tls=origin_pki.issue(["127.0.0.67"])) as origin:
-        trust = ssl.create_default_context(cafile=str(proxy.ca_cert))
-        with client(proxy, verify=trust, http2=True) as http:
-            held = http.post(origin.url("/refuse-once/held"), content=b"x" * 1000)
-            assert held.status_code == 200, held.text
-            assert held.headers["x-echo"] == "held"
-            streamed = http.post(origin.url("/refuse-once/streamed"), content=b"x" * (2 << 20))
-            assert streamed.status_code == 502, streamed.text
-            assert "REFUSED_STREAM" in streamed.text
+    with h2_origin_through(proxy, origin_pki, "127.0.0.67") as (origin, http):
+        held = http.post(origin.url("/refuse-once/held"), content=b"x" * 1000)
+        assert held.status_code == 200, held.text
+        assert held.headers["x-echo"] == "held"
+        streamed = http.post(origin.url("/refuse-once/streamed"), content=b"x" * (2 << 20))
+        assert streamed.status_code == 502, streamed.text
+        assert "REFUSED_STREAM" in streamed.text
     assert origin.count("/refuse-once/held") == 2  # refused, then answered
     assert origin.count("/refuse-once/streamed") == 1
 
@@ -153,24 +162,22 @@ def test_a_post_the_h2_origin_refused_goes_again_if_its_body_was_held(
 def test_an_h2_origins_malformed_response_head_never_reaches_the_client(
     start_reshape: StartProxy, tmp_path: Path, origin_pki: OriginPKI, policy: str
 ) -> None:
-    # The engine's HTTP/2 connections check what origins send (h2's validation, answered by
-    # reshape/mitm/patches/h2_header_validation.py): a head RFC 9113 forbids is a 502, not a
-    # field relayed to an HTTP/1.1 client, and the next request is served.
+    # The engine's HTTP/2 connections check what origins send (its codec,
+    # reshape/upstream/http2.py): a head RFC 9113 forbids is a 502, not a field relayed to an
+    # HTTP/1.1 client, and the next request is served.
     proxy = start(start_reshape, tmp_path, policy)
-    with FaultyOrigin("127.0.0.68", tls=origin_pki.issue(["127.0.0.68"])) as origin:
-        trust = ssl.create_default_context(cafile=str(proxy.ca_cert))
-        with client(proxy, verify=trust) as http:
-            for kind in BAD_HEADS:
-                bad = http.get(origin.url(f"/bad-head/{kind}"))
-                assert bad.status_code == 502, (kind, bad.text)
-                assert "x-injected" not in bad.headers and bad.text != "bad"
-                assert http.get(origin.url(f"/echo/after-{kind}")).text == f"after-{kind}"
-                # A stream error (RFC 9113 §8.1.1): that stream is reset, the request was
-                # answered (badly) and is not sent again, the origin connection goes on.
-                assert origin.count(f"/bad-head/{kind}") == 1
-            post = http.post(origin.url("/bad-head/crlf?via=post"), content=b"once")
-            assert post.status_code == 502, post.text
-            assert "malformed response from the origin" in post.text
+    with h2_origin_through(proxy, origin_pki, "127.0.0.68", http2=False) as (origin, http):
+        for kind in BAD_HEADS:
+            bad = http.get(origin.url(f"/bad-head/{kind}"))
+            assert bad.status_code == 502, (kind, bad.text)
+            assert "x-injected" not in bad.headers and bad.text != "bad"
+            assert http.get(origin.url(f"/echo/after-{kind}")).text == f"after-{kind}"
+            # A stream error (RFC 9113 §8.1.1): that stream is reset, the request was answered
+            # (badly) and is not sent again, the origin connection goes on.
+            assert origin.count(f"/bad-head/{kind}") == 1
+        post = http.post(origin.url("/bad-head/crlf?via=post"), content=b"once")
+        assert post.status_code == 502, post.text
+        assert "malformed response from the origin" in post.text
     assert origin.count("/bad-head/crlf?via=post") == 1  # not idempotent: never sent twice
     assert origin.connections == 1  # every stream error left the connection serving
 
