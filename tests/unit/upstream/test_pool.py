@@ -1347,6 +1347,15 @@ class PoolMachine(RuleBasedStateMachine):
     ) -> None:
         """Check each action against the model as it stands, then apply it."""
         pending = list(unanswered or [])
+
+        def may_go_again(waiter: ModelWaiter, waiter_id: int) -> bool:
+            """Whether an unanswered request is sent again (unless out of attempts)."""
+            return (
+                never_sent
+                or (refused and waiter.replayable)
+                or (waiter.idempotent and (unprocessed or waiter_id != unproven))
+            )
+
         overtaken: list[int] = []  # same-class waiters that were ahead of an assigned one
         front = 0  # where the next Retry goes
         connect_failures = 0
@@ -1447,11 +1456,7 @@ class PoolMachine(RuleBasedStateMachine):
             elif isinstance(action, Retry):
                 waiter = self.waiters[action.waiter_id]
                 assert action.waiter_id in pending and waiter.status == "unanswered"
-                assert (
-                    never_sent
-                    or (refused and waiter.replayable)
-                    or (waiter.idempotent and (unprocessed or action.waiter_id != unproven))
-                )
+                assert may_go_again(waiter, action.waiter_id)
                 assert waiter.attempts < MAX_ATTEMPTS
                 pending.remove(action.waiter_id)
                 self.queue.insert(front, action.waiter_id)
@@ -1476,11 +1481,7 @@ class PoolMachine(RuleBasedStateMachine):
                 else:
                     assert action.waiter_id in pending and waiter.status == "unanswered"
                     pending.remove(action.waiter_id)
-                    if (
-                        never_sent
-                        or (refused and waiter.replayable)
-                        or (waiter.idempotent and (unprocessed or action.waiter_id != unproven))
-                    ):
+                    if may_go_again(waiter, action.waiter_id):
                         assert action.reason is FailReason.RETRIES_EXHAUSTED
                         assert waiter.attempts >= MAX_ATTEMPTS
                     else:
