@@ -512,12 +512,10 @@ class H2Upstream:
                     self._release(response, reusable=True)
                     return
                 refused = event.error_code == REFUSED_STREAM and not response.head.done()
-                if event.malformed:
+                if event.reset_here:
                     # This side reset it: an answer, if a broken one, so never sent again.
-                    log.warning(
-                        "HTTP/2 origin %s: malformed response: %s", self._peer(), event.malformed
-                    )
-                    error = UpstreamError(f"malformed response from the origin: {event.malformed}")
+                    log.warning("HTTP/2 origin %s: %s", self._peer(), event.reset_here)
+                    error = UpstreamError(event.reset_here)
                 else:
                     error = (Unanswered if refused else UpstreamError)(
                         f"origin reset the stream ({error_name(event.error_code)})"

@@ -18,12 +18,13 @@ Origins can be hostile, so what they send is checked as RFC 9113 says (frame siz
 stream states, flow control, the response's fields and its declared length), frames that only
 make work are counted (floods: see MAX_OWED_CONTROL_FRAMES and the limits after it), and anything
 wrong is a `ProtocolError`: a GOAWAY with its error code is queued and the connection must be
-closed, as h2 did for the engine — but for a malformed response (RFC 9113 §8.1.1: a field HTTP/2
-forbids, a bad :status, DATA before the head, a body that does not match its content-length),
-which is the stream's error, not the connection's: that stream is reset with PROTOCOL_ERROR and
-`StreamReset.malformed` says why, and the connection goes on serving the other streams (in a
-shared pool, other clients' requests). Frames on a stream this side has reset are dropped (their
-flow-control bytes given back), as RFC 9113 §5.4.2 allows.
+closed, as h2 did for the engine — but for what RFC 9113 makes a stream's error, not the
+connection's: a malformed response (§8.1.1: a field HTTP/2 forbids, a bad :status, DATA before
+the head, a body that does not match its content-length) and a WINDOW_UPDATE of 0 or one that
+takes a stream's window above 2^31-1 (§6.9, §6.9.1). That stream is reset (PROTOCOL_ERROR,
+FLOW_CONTROL_ERROR), `StreamReset.reset_here` says why, and the connection goes on serving the
+other streams (in a shared pool, other clients' requests). Frames on a stream this side has
+reset are dropped (their flow-control bytes given back), as RFC 9113 §5.4.2 allows.
 
 What the engine sends is checked less: the caller gives fields ready to encode
 (reshape/upstream/h2.py `outbound_fields`) and sends no more DATA than `send_window_of` allows.
@@ -137,14 +138,30 @@ class StreamIdsExhausted(ProtocolError):
     """Every client stream id has been used: open a new connection."""
 
 
-class _Malformed(Exception):
-    """A malformed response on `stream_id` (RFC 9113 §8.1.1): a stream error. `flow_controlled`:
-    the bytes of the frame that showed it, which no reader will acknowledge."""
+class _StreamError(Exception):
+    """A stream error on `stream_id` (RFC 9113 §5.4.2): this side resets the stream with
+    `error_code` and the connection goes on. `flow_controlled`: the bytes of the frame that showed
+    it, which no reader will acknowledge."""
 
-    def __init__(self, message: str, stream_id: int, flow_controlled: int = 0) -> None:
+    def __init__(
+        self, message: str, stream_id: int, error_code: int, flow_controlled: int = 0
+    ) -> None:
         super().__init__(message)
         self.stream_id = stream_id
+        self.error_code = error_code
         self.flow_controlled = flow_controlled
+
+
+class _Malformed(_StreamError):
+    """A malformed response on `stream_id` (RFC 9113 §8.1.1): a stream error, PROTOCOL_ERROR."""
+
+    def __init__(self, message: str, stream_id: int, flow_controlled: int = 0) -> None:
+        super().__init__(
+            f"malformed response from the origin: {message}",
+            stream_id,
+            PROTOCOL_ERROR,
+            flow_controlled,
+        )
 
 
 def error_name(code: int) -> str:
@@ -191,8 +208,9 @@ class StreamEnded:
 class StreamReset:
     stream_id: int
     error_code: int
-    # Not empty: this side reset the stream, as the origin's response was malformed (why).
-    malformed: str = ""
+    # Not empty: this side reset the stream, and why (a malformed response, a broken
+    # WINDOW_UPDATE on it): the origin got an answer to the request, if a broken one.
+    reset_here: str = ""
 
 
 @dataclass(slots=True)
@@ -544,8 +562,8 @@ class ClientConnection:
                 self._receive_frame(
                     length_kind & 0xFF, flags, stream_id & MAX_STREAM_ID, payload, events
                 )
-            except _Malformed as e:
-                self._reset_malformed(e, events)
+            except _StreamError as e:
+                self._reset_stream(e, events)
         if at < end:
             buffer += data[at:]
 
@@ -601,15 +619,15 @@ class ClientConnection:
             raise ProtocolError("CONTINUATION without HEADERS before it")
         # Other types are extensions: ignored (RFC 9113 §5.5).
 
-    def _reset_malformed(self, error: _Malformed, events: list[Event]) -> None:
-        """The stream error of a malformed response: RST_STREAM PROTOCOL_ERROR, the stream
-        forgotten (its late frames dropped), the frame's bytes given back to the connection."""
+    def _reset_stream(self, error: _StreamError, events: list[Event]) -> None:
+        """A stream error: RST_STREAM with its code, the stream forgotten (its late frames
+        dropped), the frame's bytes given back to the connection."""
         stream_id = error.stream_id
-        self._answer(RST_STREAM, 0, stream_id, _U32.pack(PROTOCOL_ERROR))
+        self._answer(RST_STREAM, 0, stream_id, _U32.pack(error.error_code))
         self._remember_reset(stream_id)
         self.streams.pop(stream_id, None)
         self.acknowledge_connection_data(error.flow_controlled)
-        events.append(StreamReset(stream_id, PROTOCOL_ERROR, malformed=str(error)))
+        events.append(StreamReset(stream_id, error.error_code, reset_here=str(error)))
 
     def _stream_for(self, stream_id: int, what: str, events: list[Event]) -> _Stream | None:
         """The open stream a frame from the origin is for; None for a stream this side reset,
@@ -757,22 +775,40 @@ class ClientConnection:
             self._remote_end(stream, events)
 
     def _receive_window_update(self, stream_id: int, payload: bytes, events: list[Event]) -> None:
+        """RFC 9113 §6.9: an increment of 0 or a window above 2^31-1 is the connection's error
+        on stream 0 and the stream's error (RST_STREAM) on a stream; a WINDOW_UPDATE on a stream
+        that has ended or that this side reset is no error (the origin may send it after its
+        END_STREAM) and is dropped; on a stream never opened (idle, §5.1) it is the
+        connection's error, as nghttp2 has it."""
         if len(payload) != 4:
             raise ProtocolError("a WINDOW_UPDATE frame not 4 bytes long", FRAME_SIZE_ERROR)
         increment = _U32.unpack(payload)[0] & MAX_WINDOW
-        if not increment:
-            raise ProtocolError("a WINDOW_UPDATE of 0")
         if stream_id == 0:
+            if not increment:
+                raise ProtocolError("a WINDOW_UPDATE of 0")
             self.send_window += increment
             if self.send_window > MAX_WINDOW:
                 raise ProtocolError("the connection's window above 2^31-1", FLOW_CONTROL_ERROR)
-        else:
-            stream = self.streams.get(stream_id)
-            if stream is None:
-                return  # a stream that has ended, or that we reset: nothing to send on it
-            stream.send_window += increment
-            if stream.send_window > MAX_WINDOW:
-                raise ProtocolError(f"stream {stream_id}'s window above 2^31-1", FLOW_CONTROL_ERROR)
+            events.append(WindowUpdated(0))
+            return
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            if stream_id % 2 == 0 or stream_id >= self._next_stream_id:
+                raise ProtocolError(f"WINDOW_UPDATE on stream {stream_id}, never opened")
+            return  # a stream that has ended, or that this side reset: nothing to send on it
+        if not increment:
+            raise _StreamError(
+                f"a WINDOW_UPDATE of 0 from the origin on stream {stream_id}",
+                stream_id,
+                PROTOCOL_ERROR,
+            )
+        stream.send_window += increment
+        if stream.send_window > MAX_WINDOW:
+            raise _StreamError(
+                f"the origin took stream {stream_id}'s window above 2^31-1",
+                stream_id,
+                FLOW_CONTROL_ERROR,
+            )
         events.append(WindowUpdated(stream_id))
 
     def _receive_settings(

@@ -11,6 +11,7 @@ what is written.
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections.abc import AsyncIterator
 
 import h2.config
@@ -244,6 +245,24 @@ async def test_a_malformed_response_fails_its_request_alone() -> None:
     link.server.send_headers(1, [(b":status", b"200"), (b"connection", b"close")])
     events = await link.settle()
     with pytest.raises(UpstreamError, match="malformed response from the origin: a connection"):
+        task.result()
+    assert [e.error_code for e in events if isinstance(e, h2.events.StreamReset)] == [0x1]
+    assert link.books.told == [("done", 1, True)]
+    second = link.exchange(2, get(b"/next"))
+    await link.settle()
+    link.server.send_headers(3, [(b":status", b"200"), (b"content-length", b"2")])
+    link.server.send_data(3, b"ok", end_stream=True)
+    await link.settle()
+    assert await body_of(second.result()) == b"ok"
+
+
+async def test_a_window_update_of_0_under_a_body_fails_that_request_alone() -> None:
+    # RFC 9113 §6.9: the stream's error. The origin has the request's head: never sent again;
+    # the connection, which other clients' streams share, carries on.
+    link, task = await upload_waiting_for_window()
+    link.wire.data_received(struct.pack(">I B I I", 4 << 8 | 0x8, 0, 1, 0))
+    events = await link.settle()
+    with pytest.raises(UpstreamError, match="a WINDOW_UPDATE of 0 from the origin on stream 1"):
         task.result()
     assert [e.error_code for e in events if isinstance(e, h2.events.StreamReset)] == [0x1]
     assert link.books.told == [("done", 1, True)]

@@ -375,7 +375,10 @@ def test_a_body_on_a_response_to_head_resets_its_stream() -> None:
     events = client.receive_data(head + frame(0, 0x1, 1, b"abc"))
     assert events[0] == ResponseReceived(1, 200, [(b"content-length", b"3")], False)
     assert events[1] == StreamReset(
-        1, PROTOCOL_ERROR, malformed="stream 1: more body than its content-length of 0"
+        1,
+        PROTOCOL_ERROR,
+        reset_here="malformed response from the origin: stream 1: more body than its "
+        "content-length of 0",
     )
     assert not client.closed
 
@@ -520,6 +523,16 @@ BAD = {
         True,
     ),
     "a WINDOW_UPDATE of 0": (frame(8, 0, 0, struct.pack(">I", 0)), PROTOCOL_ERROR, True),
+    "a WINDOW_UPDATE on a stream never opened": (
+        frame(8, 0, 9, struct.pack(">I", 1)),
+        PROTOCOL_ERROR,
+        True,
+    ),
+    "a WINDOW_UPDATE on a stream the origin cannot open": (
+        frame(8, 0, 2, struct.pack(">I", 1)),
+        PROTOCOL_ERROR,
+        True,
+    ),
     "a PING of 7 bytes": (frame(6, 0, 0, b"1234567"), FRAME_SIZE_ERROR, True),
     "RST_STREAM on stream 0": (frame(3, 0, 0, b"\x00\x00\x00\x00"), PROTOCOL_ERROR, True),
     "RST_STREAM on a stream never opened": (
@@ -584,7 +597,7 @@ def test_a_malformed_response_resets_its_stream_and_the_connection_goes_on(case:
     events = client.receive_data(MALFORMED[case])
     reset = events[-1]
     assert isinstance(reset, StreamReset) and reset.stream_id == 1, events
-    assert reset.error_code == PROTOCOL_ERROR and "stream 1" in reset.malformed
+    assert reset.error_code == PROTOCOL_ERROR and "stream 1" in reset.reset_here
     assert not client.closed
     out = client.data_to_send()
     assert frame(3, 0, 1, struct.pack(">I", PROTOCOL_ERROR)) in out and not has_goaway(out)
@@ -595,6 +608,52 @@ def test_a_malformed_response_resets_its_stream_and_the_connection_goes_on(case:
         ResponseReceived(3, 204, [], True),
         StreamEnded(3),
     ]
+
+
+# RFC 9113 §6.9, §6.9.1: on a stream, these are that stream's errors.
+STREAM_WINDOW_ERRORS = {
+    "a WINDOW_UPDATE of 0": (struct.pack(">I", 0), PROTOCOL_ERROR),
+    "a window above 2^31-1": (struct.pack(">I", 2**31 - 1), FLOW_CONTROL_ERROR),
+}
+
+
+@pytest.mark.parametrize("case", list(STREAM_WINDOW_ERRORS))
+@pytest.mark.parametrize("response_ended", [False, True])
+def test_a_broken_window_update_on_a_stream_resets_that_stream_alone(
+    case: str, response_ended: bool
+) -> None:
+    payload, code = STREAM_WINDOW_ERRORS[case]
+    client = raw_client()
+    client.send_headers(1, POST, end_stream=False)  # its body still to go
+    client.send_headers(3, HEAD, end_stream=True)
+    client.data_to_send()
+    if response_ended:  # half-closed (remote): the origin may still update its window
+        assert client.receive_data(_head([(b":status", b"200")], 0x5))[-1] == StreamEnded(1)
+    events = client.receive_data(frame(8, 0, 1, payload))
+    assert len(events) == 1 and events[0].stream_id == 1 and events[0].error_code == code
+    assert "stream 1" in events[0].reset_here
+    out = client.data_to_send()
+    assert frame(3, 0, 1, struct.pack(">I", code)) in out and not has_goaway(out)
+    assert not client.closed and client.open_streams == 1
+    # Late frames on the reset stream are dropped; the other stream is answered.
+    late = frame(8, 0, 1, struct.pack(">I", 1)) + frame(0, 0x1, 1, b"late")
+    answer = frame(1, 0x5, 3, block([(b":status", b"204")]))
+    assert client.receive_data(late + answer) == [
+        ResponseReceived(3, 204, [], True),
+        StreamEnded(3),
+    ]
+
+
+def test_a_window_update_on_a_stream_that_has_ended_is_dropped() -> None:
+    # RFC 9113 §6.9: the origin may send one after its END_STREAM, even once the stream is
+    # closed both ways; no error, whatever its increment.
+    client = raw_client()
+    client.send_headers(1, HEAD, end_stream=True)
+    client.data_to_send()
+    assert client.receive_data(_head([(b":status", b"200")], 0x5))[-1] == StreamEnded(1)
+    updates = frame(8, 0, 1, struct.pack(">I", 10)) + frame(8, 0, 1, struct.pack(">I", 0))
+    assert client.receive_data(updates) == []
+    assert client.data_to_send() == b"" and not client.closed
 
 
 @pytest.mark.parametrize("case", list(BAD))
