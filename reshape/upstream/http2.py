@@ -20,8 +20,9 @@ make work are counted (floods: see MAX_OWED_CONTROL_FRAMES and the limits after 
 wrong is a `ProtocolError`: a GOAWAY with its error code is queued and the connection must be
 closed, as h2 did for the engine — but for what RFC 9113 makes a stream's error, not the
 connection's: a malformed response (§8.1.1: a field HTTP/2 forbids, a bad :status, DATA before
-the head, a body that does not match its content-length) and a WINDOW_UPDATE of 0 or one that
-takes a stream's window above 2^31-1 (§6.9, §6.9.1). That stream is reset (PROTOCOL_ERROR,
+the head, a body that does not match its content-length), a WINDOW_UPDATE of 0 or one that
+takes a stream's window above 2^31-1 (§6.9, §6.9.1), and DATA beyond a stream's window (§6.9.1
+allows either; nghttp2 makes it the stream's). That stream is reset (PROTOCOL_ERROR,
 FLOW_CONTROL_ERROR), `StreamReset.reset_here` says why, and the connection goes on serving the
 other streams (in a shared pool, other clients' requests). Frames on a stream this side has
 reset are dropped (their flow-control bytes given back), as RFC 9113 §5.4.2 allows.
@@ -667,7 +668,14 @@ class ClientConnection:
             self.acknowledge_received_data(size, stream_id)  # a reset stream's: given back now
             return
         if size > stream.receive_window:
-            raise ProtocolError(f"DATA beyond stream {stream_id}'s window", FLOW_CONTROL_ERROR)
+            # The stream's error, as nghttp2 has it (RFC 9113 §6.9.1 allows either): the other
+            # streams on the connection go on.
+            raise _StreamError(
+                f"DATA from the origin beyond stream {stream_id}'s window",
+                stream_id,
+                FLOW_CONTROL_ERROR,
+                size,
+            )
         stream.receive_window -= size
         if not stream.head_received:
             raise _Malformed(f"DATA before a response head on stream {stream_id}", stream_id, size)
