@@ -21,11 +21,12 @@ wrong is a `ProtocolError`: a GOAWAY with its error code is queued and the conne
 closed, as h2 did for the engine — but for what RFC 9113 makes a stream's error, not the
 connection's: a malformed response (§8.1.1: a field HTTP/2 forbids, a bad :status, DATA before
 the head, a body that does not match its content-length), a WINDOW_UPDATE of 0 or one that
-takes a stream's window above 2^31-1 (§6.9, §6.9.1), and DATA beyond a stream's window (§6.9.1
-allows either; nghttp2 makes it the stream's). That stream is reset (PROTOCOL_ERROR,
-FLOW_CONTROL_ERROR), `StreamReset.reset_here` says why, and the connection goes on serving the
-other streams (in a shared pool, other clients' requests). Frames on a stream this side has
-reset are dropped (their flow-control bytes given back), as RFC 9113 §5.4.2 allows.
+takes a stream's window above 2^31-1 (§6.9, §6.9.1), DATA beyond a stream's window (§6.9.1
+allows either; nghttp2 makes it the stream's) and a PRIORITY frame of a bad length (§6.3).
+That stream is reset (PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR),
+`StreamReset.reset_here` says why, and the connection goes on serving the other streams (in a
+shared pool, other clients' requests). Frames on a stream this side has reset are dropped
+(their flow-control bytes given back), as RFC 9113 §5.4.2 allows.
 
 What the engine sends is checked less: the caller gives fields ready to encode
 (reshape/upstream/h2.py `outbound_fields`) and sends no more DATA than `send_window_of` allows.
@@ -612,8 +613,14 @@ class ClientConnection:
         elif kind == PRIORITY:
             if not stream_id:
                 raise ProtocolError("a PRIORITY frame on stream 0")
-            if len(payload) != 5:
-                raise ProtocolError("a PRIORITY frame not 5 bytes long", FRAME_SIZE_ERROR)
+            if len(payload) != 5 and stream_id in self.streams:
+                # RFC 9113 §6.3: the stream's error. On a stream not open here it is dropped:
+                # RST_STREAM may not go out on an idle stream (§6.4), a closed one needs none.
+                raise _StreamError(
+                    f"a PRIORITY frame not 5 bytes long from the origin on stream {stream_id}",
+                    stream_id,
+                    FRAME_SIZE_ERROR,
+                )
         elif kind == PUSH_PROMISE:
             raise ProtocolError("PUSH_PROMISE, with push disabled")
         elif kind == CONTINUATION:

@@ -745,6 +745,24 @@ def test_unknown_frames_and_priority_are_ignored() -> None:
     assert client.receive_data(data) == []
 
 
+def test_a_priority_frame_of_a_bad_length_resets_its_stream_alone() -> None:
+    # RFC 9113 §6.3: a stream error, FRAME_SIZE_ERROR; on a stream not open here, dropped.
+    client = raw_client()
+    client.send_headers(1, HEAD, end_stream=True)
+    client.send_headers(3, HEAD, end_stream=True)
+    client.data_to_send()
+    assert client.receive_data(frame(2, 0, 7, b"\x00\x00\x00\x00")) == []
+    assert client.data_to_send() == b""
+    events = client.receive_data(frame(2, 0, 1, b"\x00\x00\x00\x00"))
+    assert [(type(e), e.stream_id, e.error_code) for e in events] == [
+        (StreamReset, 1, FRAME_SIZE_ERROR)
+    ]
+    out = client.data_to_send()
+    assert frame(3, 0, 1, struct.pack(">I", FRAME_SIZE_ERROR)) in out and not has_goaway(out)
+    answer = frame(1, 0x5, 3, block([(b":status", b"204")]))
+    assert client.receive_data(answer) == [ResponseReceived(3, 204, [], True), StreamEnded(3)]
+
+
 def _frames() -> st.SearchStrategy[bytes]:
     """Frames of every type with arbitrary flags and payloads, on the streams a client has open
     or not, some with valid header blocks: what a broken or hostile origin might send."""
