@@ -184,6 +184,23 @@ def test_an_h2_origins_malformed_response_head_never_reaches_the_client(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", POLICIES)
+def test_an_h2_origins_broken_window_update_fails_its_stream_alone(
+    start_reshape: StartProxy, tmp_path: Path, origin_pki: OriginPKI, policy: str
+) -> None:
+    # RFC 9113 §6.9, §6.9.1: a WINDOW_UPDATE of 0, or one overflowing a stream's window, is
+    # that stream's error; the engine's codec closed the whole shared connection for it.
+    proxy = start(start_reshape, tmp_path, policy)
+    with h2_origin_through(proxy, origin_pki, "127.0.0.67") as (origin, http):
+        for kind, says in (("zero", "WINDOW_UPDATE of 0"), ("overflow", "window above 2^31-1")):
+            broken = http.get(origin.url(f"/bad-window/{kind}"))
+            assert broken.status_code == 502 and says in broken.text, (kind, broken.text)
+            assert http.get(origin.url(f"/echo/after-{kind}")).text == f"after-{kind}"
+            assert origin.count(f"/bad-window/{kind}") == 1  # answered, if badly: sent once
+    assert origin.connections == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", POLICIES)
 def test_each_response_reaches_its_own_client_and_no_fd_leaks(
     start_reshape: StartProxy, tmp_path: Path, policy: str
 ) -> None:

@@ -12,7 +12,10 @@ in `seen` (method and path, in order of arrival), and answers by path:
 - `/reset` (HTTP/2): RST_STREAM INTERNAL_ERROR before any response head;
 - `/bad-head/<kind>` (HTTP/2): a response head RFC 9113 §8.2 forbids (`BAD_HEADS`: a line
   break in a value, an upper-case name, a value with surrounding space, a connection-specific
-  field), sent with the origin's own HTTP/2 checks turned off.
+  field), sent with the origin's own HTTP/2 checks turned off;
+- `/bad-window/<kind>` (HTTP/2): no answer, but a WINDOW_UPDATE on the request's stream that
+  RFC 9113 §6.9 makes the stream's error (`BAD_WINDOW_UPDATES`: an increment of 0, or one that
+  takes the window above 2^31-1), written as raw bytes past h2's checks.
 
 `unreachable_address()` is a loopback port nothing listens on (connection refused);
 `Backlog` is a listener whose accept queue is full, so a connect to it hangs (connect timeout).
@@ -23,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import struct
 import urllib.parse
 from typing import Self
 
@@ -160,6 +164,10 @@ class FaultyOrigin(ScriptedOrigin):
                     connection.send_headers(event.stream_id, [(b":status", b"200"), bad])
                     connection.send_data(event.stream_id, b"bad", end_stream=True)
                     writer.write(connection.data_to_send())
+                elif path.startswith("/bad-window/"):
+                    increment = BAD_WINDOW_UPDATES[path.rsplit("/", 1)[-1]]
+                    window_update = struct.pack(">I B I", 4 << 8 | 0x8, 0, event.stream_id)
+                    writer.write(window_update + struct.pack(">I", increment))
                 else:
                     task = asyncio.create_task(answer(event.stream_id, path, query))
                     pending.add(task)
@@ -177,6 +185,10 @@ BAD_HEADS = {
     "space": (b"x-space", b" padded"),
     "connection": (b"connection", b"close"),
 }
+
+
+# The increment `/bad-window/<kind>` sends on its stream.
+BAD_WINDOW_UPDATES = {"zero": 0, "overflow": 2**31 - 1}
 
 
 def _split(target: bytes) -> tuple[str, dict[str, str]]:
