@@ -700,7 +700,9 @@ class HostPool:
         )
         for waiter_id in conn.in_flight:
             del self._assigned[waiter_id]
-        return requeued + actions + self._settle(now)
+        # In queue order: the others went to the front after, so ahead of, the never-sent ones
+        # (assigned last).
+        return actions + requeued + self._settle(now)
 
     def idle_connection_closed_by_server(self, conn_id: int, now: float) -> list[Action]:
         """The driver saw an idle connection turn readable or hit EOF: it is never handed out."""

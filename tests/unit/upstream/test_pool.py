@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import pytest
@@ -1338,7 +1338,7 @@ class PoolMachine(RuleBasedStateMachine):
         call: str,
         *,
         unanswered: list[int] | None = None,
-        never_sent: bool = False,
+        never_sent: Collection[int] = (),
         unprocessed: bool = False,
         refused: bool = False,
         unproven: int | None = None,
@@ -1351,7 +1351,7 @@ class PoolMachine(RuleBasedStateMachine):
         def may_go_again(waiter: ModelWaiter, waiter_id: int) -> bool:
             """Whether an unanswered request is sent again (unless out of attempts)."""
             return (
-                never_sent
+                waiter_id in never_sent
                 or (refused and waiter.replayable)
                 or (waiter.idempotent and (unprocessed or waiter_id != unproven))
             )
@@ -1591,26 +1591,36 @@ class PoolMachine(RuleBasedStateMachine):
         conn_id = data.draw(st.sampled_from(self.ready_conns()))
         conn = self.conns.pop(conn_id)
         unanswered = self._draw_unanswered(data, conn)
+        # Assigned in the turn the connection was lost, never handed to its driver: the last
+        # ones assigned, unanswered. They go again whatever their method, the attempt free.
+        most = 0
+        while most < len(conn.in_flight) and conn.in_flight[-1 - most] in unanswered:
+            most += 1
+        never_sent = conn.in_flight[len(conn.in_flight) - data.draw(st.integers(0, most)) :]
+        for w in never_sent:
+            self.waiters[w].attempts -= 1
+        sent = [w for w in conn.in_flight if w not in never_sent]
+        lost = [w for w in unanswered if w not in never_sent]
         # The first request on the wire (the driver knows; the model has no warm connections):
-        # one in flight, one done or unknown, or none.
-        first_sent = data.draw(st.sampled_from([*conn.in_flight, UNKNOWN, None]))
+        # one it had, one done or unknown, or none.
+        first_sent = data.draw(st.sampled_from([*sent, UNKNOWN, None]))
         # An announced close, or the keep-alive race (the one request on a reused HTTP/1.1
         # connection finding it closed, not its first, once per request): expected, so no
         # attempt is used up.
         keep_alive_race = (
             conn.proto is H1
-            and len(conn.in_flight) == 1
+            and len(sent) == 1
             and conn.served > 1
-            and first_sent not in unanswered
-            and not any(self.waiters[w].raced for w in unanswered)
+            and first_sent not in lost
+            and not any(self.waiters[w].raced for w in lost)
         )
         if keep_alive_race:
-            for w in unanswered:
+            for w in lost:
                 self.waiters[w].raced = True
         if graceful or keep_alive_race:
-            for w in unanswered:
+            for w in lost:
                 self.waiters[w].attempts -= 1
-        elif conn.proto is H1 and len(conn.in_flight) >= 2 and unanswered:
+        elif conn.proto is H1 and len(sent) >= 2 and lost:
             self.broken = True
         for w in conn.in_flight:
             self.waiters[w].status = "unanswered" if w in unanswered else "final"
@@ -1621,11 +1631,13 @@ class PoolMachine(RuleBasedStateMachine):
             unanswered=[*unanswered, UNKNOWN],
             graceful=graceful,
             first_sent=first_sent,
+            never_sent=never_sent,
         )
         self.play(
             actions,
             "connection_lost",
             unanswered=unanswered,
+            never_sent=never_sent,
             unprocessed=graceful or keep_alive_race,
             unproven=first_sent,
             fresh=not graceful,
@@ -1656,7 +1668,7 @@ class PoolMachine(RuleBasedStateMachine):
             actions,
             "requests_unanswered",
             unanswered=unanswered,
-            never_sent=never_sent,
+            never_sent=unanswered if never_sent else (),
             unprocessed=never_sent or conn.proto is H2,
             refused=conn.proto is H2,
         )
