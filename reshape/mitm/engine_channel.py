@@ -33,7 +33,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from mitmproxy import http
@@ -88,18 +88,22 @@ _FIELD_VALUE_FORBIDDEN = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 class _BodyStream:
-    """A streamed request body: filled by the layer, read by the engine as it sends;
-    `taken` is called each time the engine has taken a piece."""
+    """A streamed request body: filled by the layer, read by the engine as it sends (it is its
+    own iterator); `taken` is called each time the engine has taken a piece. Once the engine
+    stops reading (`aclose`: the origin reset the stream, or answered before the body's end),
+    what is buffered and what the client still sends are dropped, so that the client is not
+    held back (`EngineChannel.drain`) for a body nobody will send."""
 
     def __init__(self, taken: Callable[[], None]) -> None:
         self.taken = taken
         self.chunks: collections.deque[bytes] = collections.deque()
         self.buffered = 0
         self.ended = False
+        self.abandoned = False
         self.ready = asyncio.Event()
 
     def put(self, data: bytes) -> None:
-        if data:
+        if data and not self.abandoned:
             self.chunks.append(data)
             self.buffered += len(data)
             self.ready.set()
@@ -108,17 +112,26 @@ class _BodyStream:
         self.ended = True
         self.ready.set()
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        while True:
-            while not self.chunks:
-                if self.ended:
-                    return
-                self.ready.clear()
-                await self.ready.wait()
-            chunk = self.chunks.popleft()
-            self.buffered -= len(chunk)
+    def __aiter__(self) -> _BodyStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        while not self.chunks:
+            if self.ended or self.abandoned:
+                raise StopAsyncIteration
+            self.ready.clear()
+            await self.ready.wait()
+        chunk = self.chunks.popleft()
+        self.buffered -= len(chunk)
+        self.taken()
+        return chunk
+
+    async def aclose(self) -> None:
+        self.abandoned = True
+        if self.chunks:
+            self.chunks.clear()
+            self.buffered = 0
             self.taken()
-            yield chunk
 
 
 class EngineChannel:

@@ -13,6 +13,7 @@ import contextlib
 import logging
 
 from reshape.upstream import http1
+from reshape.upstream.body_reader import BodyAbandoned, BodyReader
 from reshape.upstream.types import (
     ConnectionListener,
     Headers,
@@ -237,13 +238,31 @@ class H1Upstream:
         rest was not sent."""
         assert request.body_stream is not None
         pending = head
-        async for chunk in request.body_stream:
-            if not pending and self._answered_early(response):
-                return False
-            # The head waits for the first body chunk so both leave in one write.
-            self.wire.write(pending + http1.encode_chunk(chunk))
-            pending = b""
-            await self.wire.drain()
+        reader = BodyReader(request.body_stream)
+
+        def origin_spoke() -> bool:
+            return self.wire.is_closed or self._answered_early(response)
+
+        try:
+            while True:
+                # Once the head is out, whatever the origin sends or its close ends the wait
+                # for the client's next chunk (reshape/upstream/body_reader.py).
+                try:
+                    chunk = await reader.next(
+                        self.wire.arrival, _never if pending else origin_spoke
+                    )
+                except BodyAbandoned:
+                    break  # answered early (below), or closed: the write below fails
+                if chunk is None:
+                    break
+                if not pending and self._answered_early(response):
+                    return False
+                # The head waits for the first body chunk so both leave in one write.
+                self.wire.write(pending + http1.encode_chunk(chunk))
+                pending = b""
+                await self.wire.drain()
+        finally:
+            await reader.close()
         if not pending and self._answered_early(response):
             return False
         self.wire.write(pending + http1.encode_last_chunk(request.trailers))
@@ -396,3 +415,7 @@ class H1Upstream:
 
     def close(self) -> None:
         self._lost(UpstreamError("closed by the pool"))
+
+
+def _never() -> bool:
+    return False

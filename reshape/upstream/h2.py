@@ -17,10 +17,12 @@ import contextlib
 import importlib.metadata
 import logging
 import time
+from collections.abc import AsyncIterable
 
 from hpack import NeverIndexedHeaderTuple
 
 from reshape.base.errors import ReshapeError
+from reshape.upstream.body_reader import BodyAbandoned, BodyReader
 from reshape.upstream.hpack_decoder import HeadDecoder
 from reshape.upstream.hpack_encoder import RequestHeadEncoder
 from reshape.upstream.http2 import (
@@ -100,6 +102,9 @@ class H2Response:
         self._error: Exception | None = None
         # Made when a read has to wait: most responses have arrived whole by their first read.
         self._readable: asyncio.Event | None = None
+        # Made by a streamed request body's pump (`_send_streamed_body`): set once the stream
+        # is gone on this side.
+        self._gone: asyncio.Event | None = None
         self.finished = False
 
     async def read(self) -> bytes:
@@ -314,8 +319,7 @@ class H2Upstream:
             if request.body:
                 await self._send_body(response, request.body)
             if request.body_stream is not None:
-                async for chunk in request.body_stream:
-                    await self._send_body(response, chunk)
+                await self._send_streamed_body(response, request.body_stream)
             if stream_id not in self._streams or self.closed:
                 raise _StreamClosed  # it closed between the body's chunks, or after the last
             # A streamed body's trailers are known only once it has ended.
@@ -377,6 +381,25 @@ class H2Upstream:
         # A streamed body's chunks leave as they come, not when the window or the body ends.
         self._flush_soon()
 
+    async def _send_streamed_body(self, response: H2Response, body: AsyncIterable[bytes]) -> None:
+        """A streamed body's chunks, sent as the client sends them; _StreamClosed as soon as
+        the stream is gone on this side (reset, refused, its connection lost), without waiting
+        for the client's next chunk (reshape/upstream/body_reader.py)."""
+        stream_id = response.stream_id
+        gone = response._gone = asyncio.Event()
+        reader = BodyReader(body)
+        try:
+            while (
+                chunk := await reader.next(
+                    gone, lambda: self.closed or stream_id not in self._streams
+                )
+            ) is not None:
+                await self._send_body(response, chunk)
+        except BodyAbandoned:
+            raise _StreamClosed from None
+        finally:
+            await reader.close()
+
     def _acknowledge(self, stream_id: int, size: int) -> None:
         if size and not self.closed:
             self.h2.acknowledge_received_data(size, stream_id)
@@ -434,7 +457,9 @@ class H2Upstream:
         return f"{peer[0]}:{peer[1]}" if peer else "?"
 
     def _forget(self, stream_id: int) -> int | None:
-        self._streams.pop(stream_id, None)
+        response = self._streams.pop(stream_id, None)
+        if response is not None and response._gone is not None:
+            response._gone.set()
         return self._waiter_of.pop(stream_id, None)
 
     async def _read_loop(self) -> None:
@@ -592,6 +617,8 @@ class H2Upstream:
                     answered.append(waiter_id)
             else:
                 response._fail(Unanswered(str(error)))
+            if response._gone is not None:
+                response._gone.set()
         self._streams.clear()
         self._waiter_of.clear()
         # Closed before it is reported: the report gives the connection's budget slot back,

@@ -235,6 +235,12 @@ class Wire(asyncio.Protocol):
         return bool(self._chunks) or self._eof or self._error is not None
 
     @property
+    def arrival(self) -> asyncio.Event:
+        """Set when bytes arrive and when the connection ends: a waiter for the next arrival
+        clears it first, as `readable` does."""
+        return self._readable
+
+    @property
     def is_closed(self) -> bool:
         return self.transport is None or self.transport.is_closing() or self._eof
 

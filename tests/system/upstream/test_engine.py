@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import socket
 import ssl
 import subprocess
 import time
@@ -417,6 +418,34 @@ def test_an_origin_that_refuses_an_upload_early_is_answered_to_the_client_once(
     assert response.status_code == 413, response.text
     assert response.content == EarlyAnswerOrigin.ANSWER
     assert len(origin.heads) == 1  # answered, so never sent again, not even the idempotent PUT
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["{max_connections_per_host: 2}", "{share: false}"])
+def test_an_early_answer_reaches_a_client_that_has_paused_its_upload(
+    start_reshape: StartProxy, tmp_path: Path, policy: str
+) -> None:
+    # The client sends the start of an upload the proxy streams (its length is over
+    # `stream_large_bodies`), then waits: the origin's answer must not wait for the client's
+    # next bytes (which may never come) to reach it.
+    with EarlyAnswerOrigin("127.0.0.8") as origin:
+        proxy = start_reshape(policy=policy_file(tmp_path, policy))
+        host, port = proxy.proxy_url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=20) as client:
+            client.sendall(
+                f"POST {origin.url('/upload')} HTTP/1.1\r\nHost: {origin.host}:{origin.port}\r\n"
+                f"Content-Length: {8 << 20}\r\n\r\n".encode()
+                + b"x" * 65536
+            )
+            answer = b""
+            while EarlyAnswerOrigin.ANSWER not in answer:
+                data = client.recv(65536)  # times out (20 s) if the answer waits
+                if not data:
+                    break
+                answer += data
+    assert answer.startswith(b"HTTP/1.1 413"), answer
+    assert EarlyAnswerOrigin.ANSWER in answer
+    assert len(origin.heads) == 1
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from mitmproxy.test import tflow
 
 from reshape.mitm.engine_channel import (
     EngineChannel,
+    _BodyStream,
     mitmproxy_response,
     trailer_fields,
     upstream_request,
@@ -179,3 +180,19 @@ def test_an_interim_response_goes_in_the_next_pass_ahead_of_its_final_head() -> 
     assert isinstance(hint, InterimResponse) and hint.response.status_code == 103
     assert list(hint.response.headers.fields) == [(b"link", b"</a.css>; rel=preload")]
     assert interim.delivered is None and final.http_events == [ResponseData(1, b"x")]
+
+
+async def test_a_body_the_engine_stops_reading_drops_what_the_client_still_sends() -> None:
+    # The origin reset the stream (or answered early): nothing more of the body will be sent,
+    # so nothing more is kept, and the client is not held back for it (`drain`).
+    told: list[int] = []
+    body = _BodyStream(lambda: told.append(body.buffered))
+    body.put(b"a")
+    body.put(b"bb")
+    chunks = aiter(body)
+    assert await anext(chunks) == b"a"
+    assert body.buffered == 2
+    await chunks.aclose()
+    assert body.buffered == 0 and told[-1] == 0
+    body.put(b"c" * 1000)
+    assert body.buffered == 0 and not body.chunks

@@ -416,6 +416,38 @@ async def test_a_stream_refused_between_the_chunks_of_a_body_goes_back_to_the_po
     assert link.books.told == [("unanswered", [1], False)]
 
 
+@pytest.mark.parametrize("how", ["origin reset", "connection lost"])
+async def test_a_streamed_body_stops_at_once_when_its_stream_is_gone(how: str) -> None:
+    # The client pauses its upload; the stream goes meanwhile: the exchange ends then, not
+    # when (if ever) the client sends its next chunk, and the body is closed.
+    link = Link()
+    await link.settle()
+    request = post(b"")
+    paused = asyncio.Event()
+    closed = []
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            yield b"first"
+            await paused.wait()  # never set
+            yield b"second"
+        finally:
+            closed.append(True)
+
+    request.body_stream = body()
+    task = link.exchange(1, request)
+    await link.settle()
+    assert not task.done()
+    if how == "origin reset":
+        link.server.reset_stream(1, INTERNAL_ERROR)
+    else:
+        link.wire.connection_lost(None)
+    await link.settle()
+    assert task.done() and closed == [True]
+    with pytest.raises(UpstreamError):
+        task.result()
+
+
 async def test_a_kept_response_its_reader_abandons_gives_the_window_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

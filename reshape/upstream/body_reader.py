@@ -1,0 +1,54 @@
+"""A streamed request body as a connection driver reads it: chunk by chunk, the wait for the
+client's next chunk given up as soon as the driver has no more use for it.
+
+A client may pause its upload for any time (a slow link, a browser streaming a body as it makes
+it). Meanwhile the origin may reset the stream, answer before the body's end, or close the
+connection: the exchange must end then, so that the client gets its answer or its error at once,
+not when (if ever) its next chunk comes. `async for chunk in body` cannot be interrupted so;
+`BodyReader.next` waits for the next chunk and for the driver's event together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterable, Callable
+
+
+class BodyAbandoned(Exception):
+    """The driver's `stopped()` held while the body was read: it is read no further."""
+
+
+class BodyReader:
+    def __init__(self, body: AsyncIterable[bytes]) -> None:
+        self._chunks = aiter(body)
+        self._step: asyncio.Future[bytes | None] | None = None
+
+    async def next(self, wake: asyncio.Event, stopped: Callable[[], bool]) -> bytes | None:
+        """The next chunk, or None at the body's end; BodyAbandoned as soon as `stopped()`
+        holds, checked first and each time `wake` is set while the chunk is awaited (`wake` is
+        cleared before each wait: whatever sets it must set it again for each new occasion)."""
+        if stopped():
+            raise BodyAbandoned
+        step = self._step = asyncio.ensure_future(anext(self._chunks, None))
+        while not step.done():
+            wake.clear()
+            woken = asyncio.ensure_future(wake.wait())
+            try:
+                await asyncio.wait((step, woken), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                woken.cancel()
+            if not step.done() and stopped():
+                raise BodyAbandoned
+        self._step = None
+        return step.result()
+
+    async def close(self) -> None:
+        """Read no more: a wait for the client's next chunk is cancelled and the body closed
+        (its source drops what the client still sends)."""
+        step, self._step = self._step, None
+        if step is not None and not step.done():
+            step.cancel()
+            await asyncio.wait((step,))
+        close = getattr(self._chunks, "aclose", None)
+        if close is not None:
+            await close()
