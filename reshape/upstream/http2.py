@@ -210,8 +210,10 @@ class StreamEnded:
 class StreamReset:
     stream_id: int
     error_code: int
-    # Not empty: this side reset the stream, and why (a malformed response, a broken
-    # WINDOW_UPDATE on it): the origin got an answer to the request, if a broken one.
+    # Not empty: this side reset the stream for the origin's error on it, and why (a
+    # malformed response, a broken WINDOW_UPDATE): the request was answered, if badly. Empty
+    # for the one reset this side makes otherwise, STREAM_CLOSED on a stream the origin had
+    # already ended (`_stream_for`): its response stands.
     reset_here: str = ""
 
 
