@@ -128,6 +128,7 @@ class _BodyStream:
 
     async def aclose(self) -> None:
         self.abandoned = True
+        self.ready.set()  # a read still waiting ends
         if self.chunks:
             self.chunks.clear()
             self.buffered = 0

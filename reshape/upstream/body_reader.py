@@ -29,7 +29,11 @@ class BodyReader:
         cleared before each wait: whatever sets it must set it again for each new occasion)."""
         if stopped():
             raise BodyAbandoned
-        step = self._step = asyncio.ensure_future(anext(self._chunks, None))
+        # Eager: a chunk already buffered (a client faster than the origin) comes back at once,
+        # without a task switch or a wait (~2 us a chunk instead of ~15).
+        step = self._step = asyncio.Task(
+            anext(self._chunks, None), loop=asyncio.get_running_loop(), eager_start=True
+        )
         while not step.done():
             wake.clear()
             woken = asyncio.ensure_future(wake.wait())
@@ -46,9 +50,12 @@ class BodyReader:
         """Read no more: a wait for the client's next chunk is cancelled and the body closed
         (its source drops what the client still sends)."""
         step, self._step = self._step, None
-        if step is not None and not step.done():
-            step.cancel()
-            await asyncio.wait((step,))
+        if step is not None:
+            if not step.done():
+                step.cancel()
+                await asyncio.wait((step,))
+            if not step.cancelled():
+                step.exception()  # retrieved: the body's own failure no longer matters
         close = getattr(self._chunks, "aclose", None)
         if close is not None:
             await close()
