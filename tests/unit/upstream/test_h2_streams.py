@@ -127,6 +127,16 @@ def answer_in_full(server: h2.connection.H2Connection, body: bytes) -> None:
     server.send_data(1, body, end_stream=True)
 
 
+async def the_connection_serves_the_next_request(link: Link) -> None:
+    """A stream error left the connection serving: a GET on stream 3 gets its answer."""
+    second = link.exchange(2, get(b"/next"))
+    await link.settle()
+    link.server.send_headers(3, [(b":status", b"200"), (b"content-length", b"2")])
+    link.server.send_data(3, b"ok", end_stream=True)
+    await link.settle()
+    assert await body_of(second.result()) == b"ok"
+
+
 async def body_of(response: H2Response) -> bytes:
     body = b""
     while chunk := await response.read():
@@ -248,12 +258,7 @@ async def test_a_malformed_response_fails_its_request_alone() -> None:
         task.result()
     assert [e.error_code for e in events if isinstance(e, h2.events.StreamReset)] == [0x1]
     assert link.books.told == [("done", 1, True)]
-    second = link.exchange(2, get(b"/next"))
-    await link.settle()
-    link.server.send_headers(3, [(b":status", b"200"), (b"content-length", b"2")])
-    link.server.send_data(3, b"ok", end_stream=True)
-    await link.settle()
-    assert await body_of(second.result()) == b"ok"
+    await the_connection_serves_the_next_request(link)
 
 
 async def test_a_window_update_of_0_under_a_body_fails_that_request_alone() -> None:
@@ -266,12 +271,7 @@ async def test_a_window_update_of_0_under_a_body_fails_that_request_alone() -> N
         task.result()
     assert [e.error_code for e in events if isinstance(e, h2.events.StreamReset)] == [0x1]
     assert link.books.told == [("done", 1, True)]
-    second = link.exchange(2, get(b"/next"))
-    await link.settle()
-    link.server.send_headers(3, [(b":status", b"200"), (b"content-length", b"2")])
-    link.server.send_data(3, b"ok", end_stream=True)
-    await link.settle()
-    assert await body_of(second.result()) == b"ok"
+    await the_connection_serves_the_next_request(link)
 
 
 async def test_a_head_that_breaks_in_its_own_read_never_reaches_the_client() -> None:
