@@ -283,10 +283,14 @@ class EngineChannel:
         stream_id = exchange.stream_id
         method = exchange.request.data.method
         bodiless = method == b"HEAD" or response.status in (204, 304)
-        batch: list[HttpEvent] = [
-            ResponseHeaders(stream_id, mitmproxy_response(response, method), end_stream=bodiless)
-        ]
+        head = ResponseHeaders(stream_id, mitmproxy_response(response, method), end_stream=bodiless)
+        batch: list[HttpEvent] = [head]
         ended = _take_arrived(response, stream_id, batch)
+        if ended and len(batch) == 1 and not response.trailers:
+            # Complete in its head: the client's HEADERS carry END_STREAM, as the origin's did
+            # (a gRPC error is such a "Trailers-Only" response, its status in the head: a
+            # client that gets an empty DATA frame with END_STREAM after it sees no status).
+            head.end_stream = True
         while True:
             if ended:
                 trailers = trailer_fields(response.trailers)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from mitmproxy import http
-from mitmproxy.proxy.layers.http._events import ResponseData
+from mitmproxy.proxy.layers.http._events import ResponseData, ResponseEndOfMessage, ResponseHeaders
 from mitmproxy.test import tflow
 
 from reshape.mitm.engine_channel import (
@@ -196,3 +196,39 @@ async def test_a_body_the_engine_stops_reading_drops_what_the_client_still_sends
     assert body.buffered == 0 and told[-1] == 0
     body.put(b"c" * 1000)
     assert body.buffered == 0 and not body.chunks
+
+
+@dataclass
+class Arrived(Answer):
+    """A response whose body has arrived whole by the time its head is handed over."""
+
+    body: list[bytes] = field(default_factory=list)
+
+    def read_nowait(self) -> bytes | None:
+        return self.body.pop(0) if self.body else b""
+
+    async def read(self) -> bytes:
+        return self.read_nowait() or b""
+
+    def abort(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("body", "trailers", "complete_in_head"),
+    [([], [], True), ([b"x"], [], False), ([], [(b"grpc-status", b"0")], False)],
+)
+async def test_a_response_complete_in_its_head_ends_the_clients_stream_there(
+    body: list[bytes], trailers: Headers, complete_in_head: bool
+) -> None:
+    # A gRPC error is a head with END_STREAM and its status among its fields ("Trailers-Only"):
+    # an empty DATA frame ending the stream after it would leave the client without a status.
+    layers = Layers()
+    channel = channel_to(layers)
+    exchange = exchange_for("https://origin.test/t.Echo/Refuse", [(b"Host", b"origin.test")])
+    answer = Arrived(headers=[(b"grpc-status", b"5")], trailers=trailers, body=body)
+    await channel._relay(exchange, answer, read_timeout=1)  # type: ignore[arg-type]
+    [only] = layers.passes
+    head, *rest = only.responses[0].http_events
+    assert isinstance(head, ResponseHeaders) and head.end_stream is complete_in_head
+    assert isinstance(rest[-1], ResponseEndOfMessage)
