@@ -131,8 +131,8 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=defaults.DEFAULT_ORIGIN_READ_TIMEOUT,
         metavar="S",
-        help="policies without upstream: wait S seconds for a response head, then 504 "
-        "(default %(default)s; pooled: the policy's)",
+        help="policies without upstream: wait S seconds for a response head once the request "
+        "is sent, then 504 (default %(default)s; pooled: the policy's)",
     )
 
     run.add_argument(

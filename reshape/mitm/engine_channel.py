@@ -304,18 +304,30 @@ class EngineChannel:
                 response.abort()  # the client side is gone
                 return
             await self._client_drained(stream_id)
-            try:
-                async with asyncio.timeout(read_timeout):
-                    chunk = await response.read()
-            except TimeoutError:
-                raise UpstreamError(
-                    f"origin silent for {read_timeout:g} s in the middle of a response"
-                ) from None
+            chunk = await self._next_piece(stream_id, response, read_timeout)
             if not chunk:
                 batch, ended = [], True
                 continue
             batch = [ResponseData(stream_id, chunk)]
             ended = _take_arrived(response, stream_id, batch)
+
+    async def _next_piece(
+        self, stream_id: int, response: UpstreamResponse, read_timeout: float
+    ) -> bytes:
+        """The response's next piece of body (b"" at its end). The origin may be silent for
+        `read_timeout` at most, counted while the client's request body is not streaming any
+        more: until then the origin may be waiting for the client (a gRPC stream's answers
+        follow its requests; an HTTP/2 origin's head may come before the request's end)."""
+        while True:
+            try:
+                async with asyncio.timeout(read_timeout):
+                    return await response.read()
+            except TimeoutError:
+                body = self._bodies.get(stream_id)
+                if body is None or body.ended or body.abandoned:
+                    raise UpstreamError(
+                        f"origin silent for {read_timeout:g} s in the middle of a response"
+                    ) from None
 
     async def _answer(
         self,

@@ -82,8 +82,10 @@ class UpstreamKnobs:
     )
     read_timeout: float = knob(
         60.0,
-        doc="Seconds an origin may stay silent: before the response head (then 504), or "
-        "between body bytes (then the response is cut off).",
+        doc="Seconds an origin may stay silent once it has the whole request: before the "
+        "response head (then 504), or between body bytes (then the response is cut off). "
+        "While a streamed request body still goes out (an upload, a gRPC stream), the origin "
+        "may be waiting for it: that time is not counted.",
         minimum=0.001,
     )
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import math
 import ssl
@@ -392,8 +393,15 @@ class Engine:
                     labels, decision.kind.value, waited, coalesced=coalesced
                 )
                 request.assignment = Assignment(decision.kind.value, queued, waited)
+                # The wait for the response head. A streamed body's starts only once the body
+                # has all gone out (`UpstreamRequest.sent`): an upload may take the client
+                # longer than the read timeout, and a gRPC stream may last for hours.
+                streamed = request.body_stream is not None
+                timer = asyncio.timeout(None if streamed else route.read_timeout)
                 try:
-                    async with asyncio.timeout(route.read_timeout):
+                    async with timer:
+                        if streamed:
+                            request.on_sent = functools.partial(_start, timer, route.read_timeout)
                         response: UpstreamResponse = await record.upstream.exchange(
                             waiter.id, request
                         )
@@ -408,6 +416,8 @@ class Engine:
                     retrying = True
                     unanswered = str(e)
                     continue
+                finally:
+                    request.on_sent = None  # the head has come, or never will on this attempt
                 taken = None
                 return response
         except asyncio.CancelledError:
@@ -747,3 +757,8 @@ def session_key(pool: HostPool) -> tuple[PoolKey, bool]:
 
 def _describe(key: PoolKey) -> str:
     return f"{key.scheme}://{key.host}:{key.port}"
+
+
+def _start(timer: asyncio.Timeout, seconds: float) -> None:
+    """Start `timer` (entered with no deadline) `seconds` from now."""
+    timer.reschedule(asyncio.get_running_loop().time() + seconds)

@@ -176,6 +176,7 @@ class H1Upstream:
                 # Head and body in one write: one segment (one TLS record) when they fit.
                 self.wire.write(head_and_body)
                 await self.wire.drain()
+                request.sent()
         except asyncio.CancelledError:
             # The client left while its request was being sent: the origin may have part of
             # it, so the connection cannot carry on.
@@ -267,6 +268,7 @@ class H1Upstream:
             return False
         self.wire.write(pending + http1.encode_last_chunk(request.trailers))
         await self.wire.drain()
+        request.sent()
         return True
 
     def _answered_early(self, response: H1Response) -> bool:

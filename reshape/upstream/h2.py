@@ -82,6 +82,11 @@ class _StreamClosed(Exception):
     """A stream closed while its request body was going out (`H2Upstream._send_body`)."""
 
 
+def _retrieved(task: asyncio.Future[None]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 class H2Response:
     """The response on one stream. Body chunks are acknowledged to the server as they are read."""
 
@@ -105,6 +110,8 @@ class H2Response:
         # Made by a streamed request body's pump (`_send_streamed_body`): set once the stream
         # is gone on this side.
         self._gone: asyncio.Event | None = None
+        # A streamed body still going out after the head was handed over (full duplex).
+        self._sender: asyncio.Future[None] | None = None
         self.finished = False
 
     async def read(self) -> bytes:
@@ -316,23 +323,17 @@ class H2Upstream:
             trailers = outbound_fields(request.trailers)
             has_body = bool(request.body) or request.body_stream is not None
             self.h2.send_headers(stream_id, headers, end_stream=not has_body and not trailers)
-            if request.body:
-                await self._send_body(response, request.body)
-            if request.body_stream is not None:
-                await self._send_streamed_body(response, request.body_stream)
-            if stream_id not in self._streams or self.closed:
-                raise _StreamClosed  # it closed between the body's chunks, or after the last
-            # A streamed body's trailers are known only once it has ended.
-            trailers = outbound_fields(request.trailers)
-            if has_body or trailers:
-                if trailers:
-                    self.h2.send_headers(stream_id, trailers, end_stream=True)
+            if request.body_stream is None:
+                if has_body or trailers:
+                    await self._send_rest(response, request)
                 else:
-                    self.h2.end_stream(stream_id)
-            # Head and body go out in one write when the windows allow it, with the requests
-            # handed over close to it.
-            self._flush_soon()
-            await response.head
+                    request.sent()
+                # Head and body go out in one write when the windows allow it, with the
+                # requests handed over close to it.
+                self._flush_soon()
+                await response.head
+            else:
+                await self._head_while_sending(response, request)
             if response._error is not None:
                 # It broke in the read that brought its head (a malformed response, a reset):
                 # nothing of it has gone to the client, which gets the error instead.
@@ -361,6 +362,79 @@ class H2Upstream:
             self._cancel_stream(response)  # RST_STREAM, and the stream slot goes back
             raise
         return response
+
+    async def _send_rest(self, response: H2Response, request: UpstreamRequest) -> None:
+        """The request's body (whole, or streamed as the client sends it), then its trailers or
+        END_STREAM; `request.sent()` once all of it is out. _StreamClosed if the stream closes
+        first."""
+        stream_id = response.stream_id
+        if request.body:
+            await self._send_body(response, request.body)
+        if request.body_stream is not None:
+            await self._send_streamed_body(response, request.body_stream)
+        if stream_id not in self._streams or self.closed:
+            raise _StreamClosed  # it closed between the body's chunks, or after the last
+        # A streamed body's trailers are known only once it has ended.
+        trailers = outbound_fields(request.trailers)
+        if trailers:
+            self.h2.send_headers(stream_id, trailers, end_stream=True)
+        else:
+            self.h2.end_stream(stream_id)
+        self._flush_soon()
+        request.sent()
+
+    async def _head_while_sending(self, response: H2Response, request: UpstreamRequest) -> None:
+        """Full duplex, as HTTP/2 allows: a streamed body keeps going out in a task of its own
+        while the exchange waits for the response head, and the head is handed over as soon as
+        it arrives, the body still going. A gRPC stream's answers interleave with its requests,
+        and a client that waits for an answer before it sends more would wait for ever if the
+        head waited for the body's end. Errors of the body before the head are the exchange's
+        (as if it had been sent inline); after it, `_body_sent` makes them the response's."""
+        sender = asyncio.ensure_future(self._send_rest(response, request))
+        # Whatever becomes of the exchange, the task's end is looked at (no "exception never
+        # retrieved"): its failure counts below, or in `_body_sent`, or not at all once the
+        # exchange has failed or been cancelled.
+        sender.add_done_callback(_retrieved)
+        try:
+            await asyncio.wait((response.head, sender), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            sender.cancel()
+            raise
+        if sender.done():
+            sender.result()  # its failure is the exchange's
+            await response.head
+            return
+        if response.head.exception() is not None:
+            # The stream failed before its head (reset, refused, lost, a GOAWAY): whatever
+            # failed it told the body to stop (`_forget`); the exchange ends with the failure.
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError, _StreamClosed, ProtocolError):
+                await sender
+            await response.head
+            return
+        response._sender = sender
+        sender.add_done_callback(lambda done: self._body_sent(response, done))
+
+    def _body_sent(self, response: H2Response, sender: asyncio.Future[None]) -> None:
+        """The end of a body that went on sending after its response head was handed over."""
+        if sender.cancelled():
+            return
+        error = sender.exception()
+        if error is None or isinstance(error, _StreamClosed):
+            return  # the stream's own end (reset, lost, answered in full) says what became of it
+        # The codec refused what was sent (or the body's source broke): the response is cut
+        # off, as if the origin had broken it, and the stream goes.
+        stream_id = response.stream_id
+        waiter_id = self._forget(stream_id)
+        self._drop_unread(response)
+        response.finished = True
+        if waiter_id is not None:
+            self.listener.request_done(waiter_id, True)
+        if not self.closed:
+            self.h2.reset_stream(stream_id, CANCEL)
+            self._flush()
+        log.warning("HTTP/2 origin %s: the request body broke off: %s", self._peer(), error)
+        response._fail(UpstreamError(f"error sending the request body: {error}"))
 
     async def _send_body(self, response: H2Response, data: bytes) -> None:
         """Send `data` on the response's stream as the windows allow; _StreamClosed if the
@@ -433,6 +507,14 @@ class H2Upstream:
         self._stream_finished(response, reusable=True)
 
     def _stream_finished(self, response: H2Response, *, reusable: bool) -> None:
+        sender = response._sender
+        if sender is not None and not sender.done() and not self.closed:
+            # The response is complete (or abandoned) while its request body still goes out:
+            # the rest can change nothing (RFC 9113 §8.1), so it stops with RST_STREAM CANCEL
+            # rather than leave the origin a half-open stream; the task ends when `_release`
+            # tells it the stream is gone.
+            self.h2.reset_stream(response.stream_id, CANCEL)
+            self._flush()
         # Data nobody will read still counts against the connection's window: give it back,
         # or every abandoned stream would shrink the window until the connection stalls. Also
         # for a response already finished with the stream (one kept after a reset) that its

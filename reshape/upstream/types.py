@@ -105,6 +105,8 @@ class UpstreamRequest:
     # `interim`): status and fields. Called from the connection's reader: must not raise or
     # block.
     on_interim: Callable[[int, Headers], None] | None = None
+    # Told once the request has gone out whole, its body's end included (see `sent`).
+    on_sent: Callable[[], None] | None = None
 
     def interim(self, status: int, fields: Headers) -> None:
         """The origin sent an informational response: `on_interim` is told of every 1xx but
@@ -112,6 +114,13 @@ class UpstreamRequest:
         103 Early Hints is the one browsers act on."""
         if self.on_interim is not None and status not in (100, 101):
             self.on_interim(status, fields)
+
+    def sent(self) -> None:
+        """The connection wrote the request's last byte: the wait for its answer starts (a
+        streamed body can take longer than the origin's read timeout to arrive from the
+        client; that time is the client's, not the origin's)."""
+        if self.on_sent is not None:
+            self.on_sent()
 
     @property
     def idempotent(self) -> bool:

@@ -18,7 +18,7 @@ from reshape.mitm.engine_channel import (
     upstream_request,
 )
 from reshape.mitm.engine_client import EngineResponses, EngineServer, Exchange, InterimResponse
-from reshape.upstream.types import Headers
+from reshape.upstream.types import Headers, UpstreamError
 
 
 @dataclass
@@ -232,3 +232,35 @@ async def test_a_response_complete_in_its_head_ends_the_clients_stream_there(
     head, *rest = only.responses[0].http_events
     assert isinstance(head, ResponseHeaders) and head.end_stream is complete_in_head
     assert isinstance(rest[-1], ResponseEndOfMessage)
+
+
+class Silent(Answer):
+    """A response whose next piece of body comes when `more` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.more = asyncio.Event()
+
+    async def read(self) -> bytes:
+        await self.more.wait()
+        return b"late"
+
+
+@pytest.mark.parametrize("uploading", [True, False])
+async def test_an_origin_is_timed_for_silence_only_once_the_request_body_has_ended(
+    uploading: bool,
+) -> None:
+    # While the client still streams its body, the origin may be waiting for it (a gRPC
+    # stream): its silence is not the origin's fault; after the body's end it is.
+    channel = channel_to(Layers())
+    body = channel._bodies[1] = _BodyStream(lambda: None)
+    if not uploading:
+        body.end()
+    answer = Silent()
+    asyncio.get_running_loop().call_later(0.2, answer.more.set)
+    piece = channel._next_piece(1, answer, read_timeout=0.05)  # type: ignore[arg-type]
+    if uploading:
+        assert await piece == b"late"
+    else:
+        with pytest.raises(UpstreamError, match="origin silent for 0.05 s"):
+            await piece

@@ -465,3 +465,92 @@ async def test_a_kept_response_its_reader_abandons_gives_the_window_back(
     assert link.upstream._unread == 0
     assert link.upstream.h2._connection_unacknowledged == owed_before + 4
     assert link.books.told == [("done", 1, True)]  # reported once
+
+
+def streamed_post(
+    more: asyncio.Event, closed: list[bool], *, broken: bool = False
+) -> UpstreamRequest:
+    """A POST whose body sends "first", then waits for `more`, then sends "second" (or breaks,
+    if `broken`); `closed` gets True when the body is closed."""
+    request = post(b"")
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            yield b"first"
+            await more.wait()
+            if broken:
+                raise RuntimeError("the client's body broke")
+            yield b"second"
+        finally:
+            closed.append(True)
+
+    request.body_stream = body()
+    return request
+
+
+def data_of(events: list[h2.events.Event]) -> bytes:
+    return b"".join(e.data for e in events if isinstance(e, h2.events.DataReceived))
+
+
+async def test_a_streamed_bodys_answer_is_handed_over_while_the_body_still_goes() -> None:
+    # Full duplex (a gRPC stream): the head goes to the client at once, the body goes on, and
+    # the wait for the answer is timed only from the body's end (`sent`).
+    link = Link()
+    await link.settle()
+    more, closed, sent = asyncio.Event(), [], []
+    request = streamed_post(more, closed)
+    request.on_sent = lambda: sent.append(True)
+    task = link.exchange(1, request)
+    assert data_of(await link.settle()) == b"first"
+    link.server.send_headers(1, [(b":status", b"200")])
+    await link.settle()
+    assert task.done()
+    response = task.result()
+    assert response.status == 200 and sent == []
+    more.set()
+    events = await link.settle()
+    assert data_of(events) == b"second"
+    assert any(isinstance(e, h2.events.StreamEnded) for e in events)
+    assert sent == [True] and closed == [True]
+    link.server.send_data(1, b"done", end_stream=True)
+    await link.settle()
+    assert await body_of(response) == b"done"
+    assert link.books.told == [("done", 1, True)]
+
+
+async def test_an_answer_complete_before_the_bodys_end_stops_the_body() -> None:
+    # The origin ends its response (a gRPC status) while the client's stream is open: the rest
+    # of the body can change nothing; the stream is reset (CANCEL), not left half-open at the
+    # origin, the body is closed, and the connection goes on.
+    link = Link()
+    await link.settle()
+    more, closed = asyncio.Event(), []
+    task = link.exchange(1, streamed_post(more, closed))
+    await link.settle()
+    answer_in_full(link.server, b"ok")
+    await link.settle()
+    assert await body_of(task.result()) == b"ok"
+    events = await link.settle()
+    assert [e.error_code for e in events if isinstance(e, h2.events.StreamReset)] == [CANCEL]
+    assert closed == [True]
+    assert link.books.told == [("done", 1, True)]
+    await the_connection_serves_the_next_request(link)
+
+
+async def test_a_body_that_breaks_after_the_head_cuts_the_response_off() -> None:
+    link = Link()
+    await link.settle()
+    more, closed = asyncio.Event(), []
+    task = link.exchange(1, streamed_post(more, closed, broken=True))
+    await link.settle()
+    link.server.send_headers(1, [(b":status", b"200")])
+    await link.settle()
+    response = task.result()
+    more.set()
+    events = await link.settle()
+    assert [e.error_code for e in events if isinstance(e, h2.events.StreamReset)] == [CANCEL]
+    with pytest.raises(UpstreamError, match="error sending the request body: the client's"):
+        await response.read()
+    assert closed == [True]
+    assert link.books.told == [("done", 1, True)]
+    await the_connection_serves_the_next_request(link)
