@@ -48,6 +48,7 @@ from reshape.features.proxy_auth.addon import EVERY_CLIENT, ProxyAuthentication
 from reshape.features.proxy_auth.users import Users, users_for_run
 from reshape.features.request_framing.addon import RequestFraming
 from reshape.features.request_log.addon import RequestRecords
+from reshape.features.request_streaming.addon import RequestStreaming
 from reshape.features.split_requests.addon import SplitRequests
 from reshape.features.telemetry import metrics
 from reshape.features.telemetry.addon import Telemetry
@@ -173,6 +174,8 @@ class ProxyProcess:
             self.master.addons.add(ProxyAuthentication(prepared.users_path, prepared.users))
         # After it (it reads Proxy-Authorization): hop-by-hop fields go before anything is sent.
         self.master.addons.add(RequestFraming())
+        # After it too, and before the addons that answer locally (they hold the body again).
+        self.master.addons.add(RequestStreaming())
         self.master.addons.add(
             ClientAccess(allow_clients or (EVERY_CLIENT if prepared.users else ())),
             PreferH2ToClients(),
