@@ -53,13 +53,10 @@ class RecordingOrigin(ScriptedOrigin):
             if b"content-length" in fields:
                 body = await reader.readexactly(int(fields[b"content-length"]))
             elif fields.get(b"transfer-encoding", b"").lower() == b"chunked":
-                while True:
-                    size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-                    chunk = await reader.readexactly(size + 2)
-                    body += chunk[:-2]
-                    if size == 0:
-                        await reader.readuntil(b"\r\n") if not chunk[:-2] else None
-                        break
+                while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
+                    body += (await reader.readexactly(size + 2))[:-2]
+                while await reader.readuntil(b"\r\n") != b"\r\n":
+                    pass  # trailer fields, up to the blank line that ends the message
             self.requests.append((head, body))
             target = lines[0].split(b" ")[1]
             if target.endswith(b"/garbage"):
