@@ -461,6 +461,11 @@ class H2Upstream:
         for the client's next chunk (reshape/upstream/body_reader.py)."""
         stream_id = response.stream_id
         gone = response._gone = asyncio.Event()
+        # The head leaves in this turn of the event loop, whether or not a chunk is there to go
+        # with it: an exchange whose origin speaks first (a gRPC subscription) waits for the
+        # origin, and its client for the origin's first word, before the client sends a byte.
+        # A chunk already buffered still leaves in the same write as the head.
+        self._flush_soon()
         reader = BodyReader(body)
         try:
             while (

@@ -9,6 +9,8 @@ Service `t.Echo`:
 - `Count` (unary-stream): `N` messages `0`, `1`, …, for a request `N`; each after the one before
   has been acknowledged by `ack()` (the client's side of the test), so a client sees the first
   before the origin sends the second;
+- `Greet` (stream-stream): sends `hello` before it reads anything, then answers each message
+  with `echo:<message>` (a subscription: the client waits for the server's word first);
 - `Refuse` (stream-stream): reads one message, then ends the call NOT_FOUND ("no such thing")
   while the client may still be sending.
 
@@ -45,6 +47,7 @@ class GrpcOrigin:
             "Bidi": grpc.stream_stream_rpc_method_handler(self._bidi),
             "Collect": grpc.stream_unary_rpc_method_handler(self._collect),
             "Count": grpc.unary_stream_rpc_method_handler(self._count),
+            "Greet": grpc.stream_stream_rpc_method_handler(self._greet),
             "Refuse": grpc.stream_stream_rpc_method_handler(self._refuse),
         }
         self._server.add_generic_rpc_handlers(
@@ -73,6 +76,12 @@ class GrpcOrigin:
     def _bidi(self, messages: Iterator[bytes], context: Any) -> Iterator[bytes]:
         for message in messages:
             self.received["Bidi"] += 1
+            yield b"echo:" + message
+
+    def _greet(self, messages: Iterator[bytes], context: Any) -> Iterator[bytes]:
+        yield b"hello"
+        for message in messages:
+            self.received["Greet"] += 1
             yield b"echo:" + message
 
     def _collect(self, messages: Iterator[bytes], context: Any) -> bytes:

@@ -90,6 +90,34 @@ def test_a_grpc_call_is_answered_message_by_message(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", POLICIES)
+def test_a_grpc_call_whose_server_speaks_first_reaches_it_before_the_client_sends(
+    start_reshape: StartProxy, tmp_path: Path, origin_pki: OriginPKI, policy: str
+) -> None:
+    # The call's head alone must reach the origin: its client sends nothing until the
+    # origin's greeting has come. On a connection already open and idle (the second call),
+    # nothing else would carry the head out.
+    proxy = started(start_reshape, tmp_path, POLICIES[policy])
+    greeted = threading.Event()
+
+    def messages() -> Iterator[bytes]:
+        if greeted.wait(WAIT):
+            yield b"m0"
+
+    with (
+        GrpcOrigin(HOST, origin_pki.issue([HOST])) as origin,
+        channel_through(proxy.proxy_url, proxy.ca_cert, origin.target) as channel,
+    ):
+        assert ping_pong(channel, 1) == [b"echo:m0"]  # the connection is open and idle now
+        answers = []
+        for answer in channel.stream_stream(method("Greet"))(messages(), timeout=CALL_TIMEOUT):
+            answers.append(answer)
+            greeted.set()
+        assert answers == [b"hello", b"echo:m0"]
+        assert origin.received["Greet"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", POLICIES)
 def test_a_grpc_call_the_origin_ends_while_the_client_sends_gets_its_status(
     start_reshape: StartProxy, tmp_path: Path, origin_pki: OriginPKI, policy: str
 ) -> None:
