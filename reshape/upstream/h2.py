@@ -342,6 +342,8 @@ class H2Upstream:
             # The stream closed under its body. The origin reset it or went away (the pool has
             # been told what became of the request; its error says the same), or it had
             # answered in full first: a complete response stands (RFC 9113 §8.1).
+            if response.head.done() and not response.head.cancelled():
+                response.head.exception()  # looked at: the error below says it
             if response._error is not None:
                 raise response._error from None
             if not response._ended:
@@ -408,8 +410,9 @@ class H2Upstream:
             # The stream failed before its head (reset, refused, lost, a GOAWAY): whatever
             # failed it told the body to stop (`_forget`); the exchange ends with the failure.
             sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError, _StreamClosed, ProtocolError):
-                await sender
+            # Its end, whatever it is, is looked at by `_retrieved`; a cancellation of the
+            # exchange itself meanwhile still ends the exchange.
+            await asyncio.wait((sender,))
             await response.head
             return
         response._sender = sender
@@ -517,7 +520,7 @@ class H2Upstream:
             # The response is complete (or abandoned) while its request body still goes out:
             # the rest can change nothing (RFC 9113 §8.1), so it stops with RST_STREAM CANCEL
             # rather than leave the origin a half-open stream; the task ends when `_release`
-            # tells it the stream is gone.
+            # tells it the stream is gone (`_forget`).
             self.h2.reset_stream(response.stream_id, CANCEL)
             self._flush()
         # Data nobody will read still counts against the connection's window: give it back,
@@ -546,7 +549,11 @@ class H2Upstream:
     def _forget(self, stream_id: int) -> int | None:
         response = self._streams.pop(stream_id, None)
         if response is not None and response._gone is not None:
+            # Its streamed body stops, whether it waits for the client's next chunk (`_gone`)
+            # or for a window that may never open (`_window_open`; the others waiting for one
+            # look again and wait on).
             response._gone.set()
+            self._window_open.set()
         return self._waiter_of.pop(stream_id, None)
 
     async def _read_loop(self) -> None:

@@ -11,6 +11,7 @@ what is written.
 from __future__ import annotations
 
 import asyncio
+import gc
 import struct
 from collections.abc import AsyncIterator
 
@@ -535,6 +536,55 @@ async def test_an_answer_complete_before_the_bodys_end_stops_the_body() -> None:
     assert closed == [True]
     assert link.books.told == [("done", 1, True)]
     await the_connection_serves_the_next_request(link)
+
+
+async def test_an_answer_complete_while_the_body_waits_for_a_window_stops_the_body() -> None:
+    # The origin lets 16 bytes through and answers in full (a gRPC status) without reading
+    # more: the body's sender, waiting for a window that will never open, ends with the
+    # stream, not whenever an unrelated frame happens to open a window.
+    link = Link(INITIAL_WINDOW_SIZE=16)
+    await link.settle()
+    request = post(b"")
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"b" * 1000
+
+    request.body_stream = body()
+    task = link.exchange(1, request)
+    assert data_of(await link.settle()) == b"b" * 16
+    answer_in_full(link.server, b"ok")
+    await link.settle()
+    response = task.result()
+    assert await body_of(response) == b"ok"
+    await link.settle()
+    assert response._sender is not None and response._sender.done()
+    assert link.books.told == [("done", 1, True)]
+
+
+async def test_a_reset_while_the_body_waits_for_a_window_leaves_no_error_unread() -> None:
+    # The reset wakes the body's sender first; the exchange fails with the reset, and the
+    # head's failure, which says the same, is looked at too (no "Future exception was never
+    # retrieved" in the log when it is collected).
+    unread: list[dict[str, object]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: unread.append(context))
+    link = Link(INITIAL_WINDOW_SIZE=16)
+    await link.settle()
+    request = post(b"")
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"b" * 1000
+
+    request.body_stream = body()
+    task = link.exchange(1, request)
+    await link.settle()
+    link.server.reset_stream(1, 2)  # INTERNAL_ERROR
+    await link.settle()
+    with pytest.raises(UpstreamError):
+        await task
+    del task, request
+    gc.collect()
+    await asyncio.sleep(0)
+    assert unread == []
 
 
 async def test_a_body_that_breaks_after_the_head_cuts_the_response_off() -> None:
