@@ -132,7 +132,8 @@ def _parser() -> argparse.ArgumentParser:
         default=defaults.DEFAULT_ORIGIN_READ_TIMEOUT,
         metavar="S",
         help="policies without upstream: wait S seconds for a response head once the request "
-        "is sent, then 504 (default %(default)s; pooled: the policy's)",
+        "is sent, then 504; a streamed request body's pauses are the client's and do not count "
+        "(default %(default)s; pooled: the policy's)",
     )
 
     run.add_argument(

@@ -100,6 +100,8 @@ class _BodyStream:
         self.buffered = 0
         self.ended = False
         self.abandoned = False
+        # The engine waits for the client's next chunk: the origin may be waiting for it too.
+        self.awaited = False
         self.ready = asyncio.Event()
 
     def put(self, data: bytes) -> None:
@@ -120,7 +122,11 @@ class _BodyStream:
             if self.ended or self.abandoned:
                 raise StopAsyncIteration
             self.ready.clear()
-            await self.ready.wait()
+            self.awaited = True
+            try:
+                await self.ready.wait()
+            finally:
+                self.awaited = False
         chunk = self.chunks.popleft()
         self.buffered -= len(chunk)
         self.taken()
@@ -315,16 +321,18 @@ class EngineChannel:
         self, stream_id: int, response: UpstreamResponse, read_timeout: float
     ) -> bytes:
         """The response's next piece of body (b"" at its end). The origin may be silent for
-        `read_timeout` at most, counted while the client's request body is not streaming any
-        more: until then the origin may be waiting for the client (a gRPC stream's answers
-        follow its requests; an HTTP/2 origin's head may come before the request's end)."""
+        `read_timeout` at most, unless the engine is waiting for the client's next request body
+        chunk when that time is up: the origin may be waiting for it too (a gRPC stream's
+        answers follow its requests), and it gets another `read_timeout` (so a silence that
+        starts during such a wait may last up to twice `read_timeout`). An origin that takes no
+        more of the body and says nothing is cut off."""
         while True:
             try:
                 async with asyncio.timeout(read_timeout):
                     return await response.read()
             except TimeoutError:
                 body = self._bodies.get(stream_id)
-                if body is None or body.ended or body.abandoned:
+                if body is None or not body.awaited:
                     raise UpstreamError(
                         f"origin silent for {read_timeout:g} s in the middle of a response"
                     ) from None

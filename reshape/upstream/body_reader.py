@@ -19,9 +19,16 @@ class BodyAbandoned(Exception):
 
 
 class BodyReader:
-    def __init__(self, body: AsyncIterable[bytes]) -> None:
+    """`waiting`, if given, is told True when a read has to wait for the client (no chunk is
+    there yet) and False when that wait ends: the time between is the client's, not the
+    origin's (`UpstreamRequest.waiting_for_client`)."""
+
+    def __init__(
+        self, body: AsyncIterable[bytes], waiting: Callable[[bool], None] | None = None
+    ) -> None:
         self._chunks = aiter(body)
         self._step: asyncio.Future[bytes | None] | None = None
+        self._waiting = waiting
 
     async def next(self, wake: asyncio.Event, stopped: Callable[[], bool]) -> bytes | None:
         """The next chunk, or None at the body's end; BodyAbandoned as soon as `stopped()`
@@ -34,17 +41,29 @@ class BodyReader:
         step = self._step = asyncio.Task(
             anext(self._chunks, None), loop=asyncio.get_running_loop(), eager_start=True
         )
-        while not step.done():
-            wake.clear()
-            woken = asyncio.ensure_future(wake.wait())
-            try:
-                await asyncio.wait((step, woken), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                woken.cancel()
-            if not step.done() and stopped():
-                raise BodyAbandoned
+        if not step.done():
+            await self._wait(step, wake, stopped)
         self._step = None
         return step.result()
+
+    async def _wait(
+        self, step: asyncio.Future[bytes | None], wake: asyncio.Event, stopped: Callable[[], bool]
+    ) -> None:
+        if self._waiting is not None:
+            self._waiting(True)
+        try:
+            while not step.done():
+                wake.clear()
+                woken = asyncio.ensure_future(wake.wait())
+                try:
+                    await asyncio.wait((step, woken), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    woken.cancel()
+                if not step.done() and stopped():
+                    raise BodyAbandoned
+        finally:
+            if self._waiting is not None:
+                self._waiting(False)
 
     async def close(self) -> None:
         """Read no more: a wait for the client's next chunk is cancelled and the body closed

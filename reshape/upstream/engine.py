@@ -393,15 +393,23 @@ class Engine:
                     labels, decision.kind.value, waited, coalesced=coalesced
                 )
                 request.assignment = Assignment(decision.kind.value, queued, waited)
-                # The wait for the response head. A streamed body's starts only once the body
-                # has all gone out (`UpstreamRequest.sent`): an upload may take the client
-                # longer than the read timeout, and a gRPC stream may last for hours.
+                # The wait for the response head, the origin's time. A streamed body's clock
+                # stops while the connection waits for the client's next chunk (an upload may
+                # take the client longer than the read timeout, and a gRPC stream may last for
+                # hours) and starts again, whole, when a chunk comes and when the request's
+                # last byte has gone out (`UpstreamRequest.sent`). An origin that takes nothing
+                # more (its window shut, its socket full) or never answers is still timed.
                 streamed = request.body_stream is not None
-                timer = asyncio.timeout(None if streamed else route.read_timeout)
+                timer = asyncio.timeout(route.read_timeout)
                 try:
                     async with timer:
                         if streamed:
-                            request.on_sent = functools.partial(_start, timer, route.read_timeout)
+                            request.on_sent = functools.partial(
+                                _restart, timer, route.read_timeout, False
+                            )
+                            request.on_client_wait = functools.partial(
+                                _restart, timer, route.read_timeout
+                            )
                         response: UpstreamResponse = await record.upstream.exchange(
                             waiter.id, request
                         )
@@ -417,7 +425,8 @@ class Engine:
                     unanswered = str(e)
                     continue
                 finally:
-                    request.on_sent = None  # the head has come, or never will on this attempt
+                    # The head has come, or never will on this attempt.
+                    request.on_sent = request.on_client_wait = None
                 taken = None
                 return response
         except asyncio.CancelledError:
@@ -759,6 +768,8 @@ def _describe(key: PoolKey) -> str:
     return f"{key.scheme}://{key.host}:{key.port}"
 
 
-def _start(timer: asyncio.Timeout, seconds: float) -> None:
-    """Start `timer` (entered with no deadline) `seconds` from now."""
-    timer.reschedule(asyncio.get_running_loop().time() + seconds)
+def _restart(timer: asyncio.Timeout, seconds: float, stopped: bool) -> None:
+    """Stop `timer` (`stopped`), or start it again: `seconds` from now. A timer that has
+    fired is left as it is: its exchange is being cancelled."""
+    if not timer.expired():
+        timer.reschedule(None if stopped else asyncio.get_running_loop().time() + seconds)

@@ -239,7 +239,7 @@ class H1Upstream:
         rest was not sent."""
         assert request.body_stream is not None
         pending = head
-        reader = BodyReader(request.body_stream)
+        reader = BodyReader(request.body_stream, request.waiting_for_client)
 
         def origin_spoke() -> bool:
             return self.wire.is_closed or self._answered_early(response)

@@ -373,7 +373,7 @@ class H2Upstream:
         if request.body:
             await self._send_body(response, request.body)
         if request.body_stream is not None:
-            await self._send_streamed_body(response, request.body_stream)
+            await self._send_streamed_body(response, request.body_stream, request)
         if stream_id not in self._streams or self.closed:
             raise _StreamClosed  # it closed between the body's chunks, or after the last
         # A streamed body's trailers are known only once it has ended.
@@ -458,7 +458,9 @@ class H2Upstream:
         # A streamed body's chunks leave as they come, not when the window or the body ends.
         self._flush_soon()
 
-    async def _send_streamed_body(self, response: H2Response, body: AsyncIterable[bytes]) -> None:
+    async def _send_streamed_body(
+        self, response: H2Response, body: AsyncIterable[bytes], request: UpstreamRequest
+    ) -> None:
         """A streamed body's chunks, sent as the client sends them; _StreamClosed as soon as
         the stream is gone on this side (reset, refused, its connection lost), without waiting
         for the client's next chunk (reshape/upstream/body_reader.py)."""
@@ -469,7 +471,7 @@ class H2Upstream:
         # origin, and its client for the origin's first word, before the client sends a byte.
         # A chunk already buffered still leaves in the same write as the head.
         self._flush_soon()
-        reader = BodyReader(body)
+        reader = BodyReader(body, request.waiting_for_client)
         try:
             while (
                 chunk := await reader.next(

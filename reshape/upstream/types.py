@@ -107,6 +107,9 @@ class UpstreamRequest:
     on_interim: Callable[[int, Headers], None] | None = None
     # Told once the request has gone out whole, its body's end included (see `sent`).
     on_sent: Callable[[], None] | None = None
+    # Told True when the connection starts waiting for the client's next body chunk, False
+    # when that wait ends (see `waiting_for_client`).
+    on_client_wait: Callable[[bool], None] | None = None
 
     def interim(self, status: int, fields: Headers) -> None:
         """The origin sent an informational response: `on_interim` is told of every 1xx but
@@ -121,6 +124,14 @@ class UpstreamRequest:
         client; that time is the client's, not the origin's)."""
         if self.on_sent is not None:
             self.on_sent()
+
+    def waiting_for_client(self, waiting: bool) -> None:
+        """The connection waits for the client's next body chunk (True), or no more (False): an
+        upload paused by its client, a gRPC stream waiting for the client's next message. That
+        time is the client's; any other wait (for the origin's window, for the socket to take
+        what was written, for the answer) is the origin's."""
+        if self.on_client_wait is not None:
+            self.on_client_wait(waiting)
 
     @property
     def idempotent(self) -> bool:

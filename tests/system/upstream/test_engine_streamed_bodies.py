@@ -4,7 +4,11 @@ that pauses must not leave its last bytes sitting in the proxy."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import socket
 import ssl
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +19,7 @@ import pytest
 from labkit.pki import OriginPKI
 from tests.support.faulty_origins import FaultyOrigin
 from tests.support.reshape_process import StartProxy
+from tests.support.scripted_origins import ScriptedOrigin
 
 POLICIES = {
     "plain": "version: 1\ndefault: p\npolicies:\n  p: {}\n",
@@ -56,3 +61,51 @@ def test_a_paused_upload_reaches_an_h2_origin_up_to_its_last_byte(
         assert (response.status_code, response.text) == (200, "done")
         assert arrived_during_pauses == [FIRST, FIRST + REST]
         assert origin.received["/upload/done"] == FIRST + 2 * REST
+
+
+class TakesNothing(ScriptedOrigin):
+    """Reads a request's head, then neither reads its body nor answers."""
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(60)
+
+
+SHORT_READ_TIMEOUT = {
+    "plain": "version: 1\ndefault: p\npolicies:\n  p: {}\n",
+    "pooled": "version: 1\ndefault: p\npolicies:\n  p: {upstream: {read_timeout: 1}}\n",
+}
+UPLOAD = 64_000_000  # far more than the sockets between proxy and origin hold
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", SHORT_READ_TIMEOUT)
+def test_an_origin_that_stops_taking_an_upload_and_never_answers_is_timed(
+    start_reshape: StartProxy, tmp_path: Path, policy: str
+) -> None:
+    # The client sends as fast as it can: every wait of the proxy's is for the origin, none
+    # for the client, so the read timeout (1 s) counts and the client gets a 504, not a
+    # request that hangs for as long as the client keeps its connection.
+    path = tmp_path / "policy.yaml"
+    path.write_text(SHORT_READ_TIMEOUT[policy])
+    proxy = start_reshape("--origin-read-timeout", "1", policy=path)
+    host, port = proxy.listen.split(":")
+    with TakesNothing("127.0.0.125") as origin, socket.create_connection((host, int(port))) as sock:
+        head = (
+            f"POST {origin.url('/upload')} HTTP/1.1\r\nHost: {origin.host}:{origin.port}\r\n"
+            f"Content-Length: {UPLOAD}\r\n\r\n"
+        )
+        sock.sendall(head.encode())
+
+        def upload() -> None:
+            piece = b"u" * 65_536
+            with contextlib.suppress(OSError):
+                for _ in range(UPLOAD // len(piece)):
+                    sock.sendall(piece)
+
+        threading.Thread(target=upload, daemon=True).start()
+        sock.settimeout(20)
+        started = time.monotonic()
+        answer = sock.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 504"), answer[:200]
+        assert time.monotonic() - started < 15

@@ -246,21 +246,34 @@ class Silent(Answer):
         return b"late"
 
 
-@pytest.mark.parametrize("uploading", [True, False])
-async def test_an_origin_is_timed_for_silence_only_once_the_request_body_has_ended(
-    uploading: bool,
+@pytest.mark.parametrize("body_state", ["awaited", "stalled", "ended"])
+async def test_an_origin_is_timed_for_silence_unless_the_engine_waits_for_the_client(
+    body_state: str,
 ) -> None:
-    # While the client still streams its body, the origin may be waiting for it (a gRPC
-    # stream): its silence is not the origin's fault; after the body's end it is.
+    # While the engine waits for the client's next body chunk, the origin may be waiting for
+    # it too (a gRPC stream): its silence is not its fault. An origin that takes no more of
+    # the body (a chunk waits for its window) and says nothing, or is silent after the body's
+    # end, is cut off.
     channel = channel_to(Layers())
     body = channel._bodies[1] = _BodyStream(lambda: None)
-    if not uploading:
+    reading = asyncio.ensure_future(anext(body))
+    await asyncio.sleep(0)
+    assert body.awaited
+    if body_state == "stalled":
+        body.put(b"chunk for a shut window")
+        await reading  # the engine took it and waits for the origin, not for the client
+        body.put(b"the client's next")
+    elif body_state == "ended":
         body.end()
+        with pytest.raises(StopAsyncIteration):
+            await reading
     answer = Silent()
     asyncio.get_running_loop().call_later(0.2, answer.more.set)
     piece = channel._next_piece(1, answer, read_timeout=0.05)  # type: ignore[arg-type]
-    if uploading:
+    if body_state == "awaited":
         assert await piece == b"late"
+        reading.cancel()
     else:
+        assert not body.awaited
         with pytest.raises(UpstreamError, match="origin silent for 0.05 s"):
             await piece

@@ -95,3 +95,30 @@ async def test_a_chunk_sent_before_the_wake_is_read() -> None:
     wake.set()
     assert await waiting == b"a"
     await reader.close()
+
+
+async def test_only_a_wait_for_the_client_is_reported() -> None:
+    # A chunk already there is no wait (the origin's clock goes on); an empty buffer is one,
+    # from the read's start to the chunk's coming, and so is the wait the driver ends.
+    upload = Upload()
+    upload.sent.put_nowait(b"a")
+    told: list[bool] = []
+    reader = BodyReader(upload, told.append)
+    wake = asyncio.Event()
+    assert await reader.next(wake, lambda: False) == b"a"
+    assert told == []
+    waiting = asyncio.ensure_future(reader.next(wake, lambda: False))
+    await settle()
+    assert told == [True]
+    upload.sent.put_nowait(b"b")
+    assert await waiting == b"b"
+    assert told == [True, False]
+    done = False
+    abandoned = asyncio.ensure_future(reader.next(wake, lambda: done))
+    await settle()
+    done = True
+    wake.set()
+    with pytest.raises(BodyAbandoned):
+        await abandoned
+    assert told == [True, False, True, False]
+    await reader.close()
