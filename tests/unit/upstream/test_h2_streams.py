@@ -538,10 +538,9 @@ async def test_an_answer_complete_before_the_bodys_end_stops_the_body() -> None:
     await the_connection_serves_the_next_request(link)
 
 
-async def test_an_answer_complete_while_the_body_waits_for_a_window_stops_the_body() -> None:
-    # The origin lets 16 bytes through and answers in full (a gRPC status) without reading
-    # more: the body's sender, waiting for a window that will never open, ends with the
-    # stream, not whenever an unrelated frame happens to open a window.
+async def streamed_upload_waiting_for_window() -> tuple[Link, asyncio.Task[H2Response]]:
+    """A streamed 1,000-byte POST to an origin that lets 16 bytes per stream through: its
+    head handed over to the origin, its body's sender waits for a window."""
     link = Link(INITIAL_WINDOW_SIZE=16)
     await link.settle()
     request = post(b"")
@@ -552,6 +551,14 @@ async def test_an_answer_complete_while_the_body_waits_for_a_window_stops_the_bo
     request.body_stream = body()
     task = link.exchange(1, request)
     assert data_of(await link.settle()) == b"b" * 16
+    return link, task
+
+
+async def test_an_answer_complete_while_the_body_waits_for_a_window_stops_the_body() -> None:
+    # The origin lets 16 bytes through and answers in full (a gRPC status) without reading
+    # more: the body's sender, waiting for a window that will never open, ends with the
+    # stream, not whenever an unrelated frame happens to open a window.
+    link, task = await streamed_upload_waiting_for_window()
     answer_in_full(link.server, b"ok")
     await link.settle()
     response = task.result()
@@ -567,21 +574,12 @@ async def test_a_reset_while_the_body_waits_for_a_window_leaves_no_error_unread(
     # retrieved" in the log when it is collected).
     unread: list[dict[str, object]] = []
     asyncio.get_running_loop().set_exception_handler(lambda loop, context: unread.append(context))
-    link = Link(INITIAL_WINDOW_SIZE=16)
-    await link.settle()
-    request = post(b"")
-
-    async def body() -> AsyncIterator[bytes]:
-        yield b"b" * 1000
-
-    request.body_stream = body()
-    task = link.exchange(1, request)
-    await link.settle()
+    link, task = await streamed_upload_waiting_for_window()
     link.server.reset_stream(1, 2)  # INTERNAL_ERROR
     await link.settle()
     with pytest.raises(UpstreamError):
         await task
-    del task, request
+    del task
     gc.collect()
     await asyncio.sleep(0)
     assert unread == []
