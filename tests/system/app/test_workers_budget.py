@@ -8,10 +8,8 @@ import asyncio
 import http.client
 import json
 import os
-import re
 import signal
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.origin_sockets import origin_connections_by_process
 from tests.support.reshape_process import RunningProxy, StartProxy
 from tests.support.scripted_origins import ScriptedOrigin
 from tests.system.app.test_supervisor import wait_healthy, worker_pids
@@ -141,20 +140,6 @@ def serving_processes(proxy: RunningProxy) -> set[int]:
     return pids
 
 
-def origin_connections_by_process(origin: CountingOrigin) -> dict[int, int]:
-    """Established connections to the origin, per process that holds them (ss -p)."""
-    out = subprocess.run(
-        ["ss", "-tnpH", "state", "established", "dst", f"{origin.host}:{origin.port}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    held: dict[int, int] = {}
-    for pid in re.findall(r"pid=(\d+)", out):
-        held[int(pid)] = held.get(int(pid), 0) + 1
-    return held
-
-
 START = ("--workers", "2", "--log-format", "json", "--log-requests")
 
 
@@ -214,7 +199,7 @@ def test_the_slots_of_a_worker_that_dies_come_back(
     assert set(browse(proxy, origin)) == {"200"}
     # One connection or two: a slot can be between workers as the load ends (a worker closed
     # its idle connection for the other, whose wait is then called off: the slot is free).
-    holders = origin_connections_by_process(origin)
+    holders = origin_connections_by_process(origin.host, origin.port)
     assert 1 <= sum(holders.values()) <= 2, holders
     # A worker that holds a slot dies; the kernel closes its origin connection, the broker
     # sees its socket close.
@@ -243,7 +228,7 @@ def test_the_slots_of_a_worker_killed_mid_request_come_back(
         deadline = time.monotonic() + 10
         while origin.open < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        holders = origin_connections_by_process(origin)
+        holders = origin_connections_by_process(origin.host, origin.port)
         assert sum(holders.values()) == 2, holders
         victim = sorted(holders)[0]
         os.kill(victim, signal.SIGKILL)
