@@ -17,7 +17,6 @@ import contextlib
 import importlib.metadata
 import logging
 import time
-from collections.abc import AsyncIterable
 
 from hpack import NeverIndexedHeaderTuple
 
@@ -373,7 +372,7 @@ class H2Upstream:
         if request.body:
             await self._send_body(response, request.body)
         if request.body_stream is not None:
-            await self._send_streamed_body(response, request.body_stream, request)
+            await self._send_streamed_body(response, request)
         if stream_id not in self._streams or self.closed:
             raise _StreamClosed  # it closed between the body's chunks, or after the last
         # A streamed body's trailers are known only once it has ended.
@@ -458,12 +457,11 @@ class H2Upstream:
         # A streamed body's chunks leave as they come, not when the window or the body ends.
         self._flush_soon()
 
-    async def _send_streamed_body(
-        self, response: H2Response, body: AsyncIterable[bytes], request: UpstreamRequest
-    ) -> None:
+    async def _send_streamed_body(self, response: H2Response, request: UpstreamRequest) -> None:
         """A streamed body's chunks, sent as the client sends them; _StreamClosed as soon as
         the stream is gone on this side (reset, refused, its connection lost), without waiting
         for the client's next chunk (reshape/upstream/body_reader.py)."""
+        assert request.body_stream is not None
         stream_id = response.stream_id
         gone = response._gone = asyncio.Event()
         # The head leaves in this turn of the event loop, whether or not a chunk is there to go
@@ -471,7 +469,7 @@ class H2Upstream:
         # origin, and its client for the origin's first word, before the client sends a byte.
         # A chunk already buffered still leaves in the same write as the head.
         self._flush_soon()
-        reader = BodyReader(body, request.waiting_for_client)
+        reader = BodyReader(request.body_stream, request.waiting_for_client)
         try:
             while (
                 chunk := await reader.next(

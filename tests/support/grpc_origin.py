@@ -74,14 +74,15 @@ class GrpcOrigin:
         self._acks.release()
 
     def _bidi(self, messages: Iterator[bytes], context: Any) -> Iterator[bytes]:
-        for message in messages:
-            self.received["Bidi"] += 1
-            yield b"echo:" + message
+        return self._echo("Bidi", messages)
 
     def _greet(self, messages: Iterator[bytes], context: Any) -> Iterator[bytes]:
         yield b"hello"
+        yield from self._echo("Greet", messages)
+
+    def _echo(self, name: str, messages: Iterator[bytes]) -> Iterator[bytes]:
         for message in messages:
-            self.received["Greet"] += 1
+            self.received[name] += 1
             yield b"echo:" + message
 
     def _collect(self, messages: Iterator[bytes], context: Any) -> bytes:

@@ -20,6 +20,7 @@ from labkit.pki import OriginPKI
 from tests.support.faulty_origins import FaultyOrigin
 from tests.support.reshape_process import StartProxy
 from tests.support.scripted_origins import ScriptedOrigin
+from tests.system.upstream.test_engine_full_duplex import SHORT_READ_TIMEOUT
 
 POLICIES = {
     "plain": "version: 1\ndefault: p\npolicies:\n  p: {}\n",
@@ -71,10 +72,6 @@ class TakesNothing(ScriptedOrigin):
         await asyncio.sleep(60)
 
 
-SHORT_READ_TIMEOUT = {
-    "plain": "version: 1\ndefault: p\npolicies:\n  p: {}\n",
-    "pooled": "version: 1\ndefault: p\npolicies:\n  p: {upstream: {read_timeout: 1}}\n",
-}
 UPLOAD = 64_000_000  # far more than the sockets between proxy and origin hold
 
 
