@@ -557,14 +557,7 @@ class Engine:
         except (WireError, ssl.SSLError, ValueError) as e:
             log.warning("upstream %s: %s", _describe(key), e)
             self.forget_connection(record)
-            actions = pool.connection_failed(record.conn_id, self.now())
-            for action in actions:
-                rejected = (
-                    self.waiters.get(action.waiter_id) if isinstance(action, Reject) else None
-                )
-                if rejected is not None:
-                    rejected.connect_error = e if isinstance(e, WireError) else WireError(str(e))
-            self.run(pool, actions)
+            self._connect_failed(pool, record, e if isinstance(e, WireError) else WireError(str(e)))
             return
         except asyncio.CancelledError:
             self.forget_connection(record)  # Wire.open closed what it had opened
@@ -576,6 +569,16 @@ class Engine:
             h2_upstream.start()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(h2_upstream.settings_received.wait(), SETTINGS_WAIT)
+            if h2_upstream.goaway_received or h2_upstream.closed:
+                # GOAWAY before any request (a server shutting down: SETTINGS and GOAWAY in one
+                # write): a connect that failed, not a connection to give requests to. Taken as
+                # ready, every request went to it again without yielding, for ever.
+                error = WireError("the origin sent GOAWAY before any request")
+                log.warning("upstream %s: %s", _describe(key), error)
+                h2_upstream.close()
+                self.forget_connection(record)
+                self._connect_failed(pool, record, error)
+                return
             proto, max_streams = Proto.H2, h2_upstream.max_streams
         else:
             stall = route.pipeline_stall_timeout if route is not None else 2.0
@@ -591,6 +594,15 @@ class Engine:
             pool,
             pool.connection_ready(record.conn_id, proto, self.now(), max_streams=max_streams),
         )
+
+    def _connect_failed(self, pool: HostPool, record: ConnectionRecord, error: WireError) -> None:
+        """The pool rejects the request the connection was for, which says why."""
+        actions = pool.connection_failed(record.conn_id, self.now())
+        for action in actions:
+            rejected = self.waiters.get(action.waiter_id) if isinstance(action, Reject) else None
+            if rejected is not None:
+                rejected.connect_error = error
+        self.run(pool, actions)
 
     # (budget) the cap shared with other workers
 

@@ -17,6 +17,7 @@ from typing import Self
 import h2.config
 import h2.connection
 import h2.events
+import h2.exceptions
 import h11
 
 from labkit.pki import IssuedCert
@@ -294,3 +295,27 @@ class EarlyHintsOrigin(ScriptedOrigin):
             )
             connection.send_data(event.stream_id, path, end_stream=True)
             writer.write(connection.data_to_send())
+
+
+class DrainingH2Origin(ScriptedOrigin):
+    """An HTTP/2 origin (TLS, ALPN h2) that is shutting down: its SETTINGS and a GOAWAY
+    (NO_ERROR, `last_stream_id`) go in one write, before any request; then it reads until the
+    peer closes. `connections` counts what it accepted, `requests` the streams it was sent."""
+
+    def __init__(self, host: str, tls: IssuedCert, *, last_stream_id: int = 2**31 - 1) -> None:
+        super().__init__(host, tls, alpn=("h2",))
+        self.last_stream_id = last_stream_id
+        self.connections = 0
+        self.requests = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        config = h2.config.H2Configuration(client_side=False, header_encoding=None)
+        connection = h2.connection.H2Connection(config)
+        connection.initiate_connection()
+        connection.close_connection(last_stream_id=self.last_stream_id)
+        writer.write(connection.data_to_send())
+        while data := await reader.read(65536):
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                events = connection.receive_data(data)
+                self.requests += sum(isinstance(e, h2.events.RequestReceived) for e in events)

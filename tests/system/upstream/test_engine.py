@@ -22,6 +22,7 @@ from tests.support.clients import h2_burst
 from tests.support.memory import RssPeak
 from tests.support.reshape_process import RunningProxy, StartProxy
 from tests.support.scripted_origins import (
+    DrainingH2Origin,
     EarlyAnswerOrigin,
     InterimThenReadAllOrigin,
     PipelineBreakingOrigin,
@@ -304,6 +305,32 @@ def _wait_for_capture(tshark: subprocess.Popen[bytes]) -> None:
         if tshark.poll() is not None:
             raise AssertionError("tshark exited: " + line.decode())
     time.sleep(0.3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("last_stream_id", [0, 2**31 - 1])
+def test_an_h2_origin_that_says_goaway_before_any_request_is_a_failed_connect(
+    start_reshape: StartProxy, tmp_path: Path, origin_pki: OriginPKI, last_stream_id: int
+) -> None:
+    # SETTINGS and GOAWAY in one write, before any request (a server shutting down; 2^31 - 1
+    # is RFC 9113 §6.8's graceful first GOAWAY). The pool took the connection as ready and gave
+    # it the request again and again without yielding: the proxy froze at 100% CPU.
+    proxy = start_reshape(policy=policy_file(tmp_path, "{queue_timeout: 5}"))
+    tls = origin_pki.issue(["127.0.0.101"])
+    trust = ssl.create_default_context(cafile=proxy.ca_cert)
+    with (
+        DrainingH2Origin("127.0.0.101", tls, last_stream_id=last_stream_id) as origin,
+        httpx.Client(proxy=proxy.proxy_url, verify=trust, timeout=20) as client,
+    ):
+        for path in ("/a", "/b"):
+            started = time.monotonic()
+            answer = client.get(origin.url(path))
+            assert answer.status_code == 502
+            assert "GOAWAY" in answer.text
+            assert time.monotonic() - started < 4  # not the queue timeout's 503
+    assert origin.requests == 0  # nothing was sent on a connection the origin had closed
+    assert 1 <= origin.connections <= 2
+    assert proxy.metric("reshape_requests_total", outcome="upstream_error") == 2
 
 
 @pytest.mark.slow
