@@ -89,6 +89,20 @@ from dataclasses import dataclass, field
 # the origin's other stale connections cannot use up its attempts.
 MAX_ATTEMPTS = 2
 
+# How often a request may go again at no attempt's cost because not a byte of it left (its
+# connection closed before the write, or an HTTP/2 one was draining or full). An origin that
+# closes every connection the moment it is accepted (an overloaded server, a balancer without
+# backends), or speaks first, sent each request round new connections for ever, the queue's
+# clock starting again each time; past this many, such a loss costs an attempt.
+MAX_UNSENT_GOES = 3
+
+
+def _refund_unsent(waiter: _Waiter) -> None:
+    """A request that never left goes again without using up an attempt, a few times."""
+    if waiter.unsent_goes < MAX_UNSENT_GOES:
+        waiter.unsent_goes += 1
+        waiter.attempts -= 1
+
 
 @dataclass(frozen=True)
 class PoolKey:
@@ -302,6 +316,7 @@ class _Waiter:
     token: int
     attempts: int = 0  # Assigns so far
     raced: bool = False  # it had its one free retry after a keep-alive race
+    unsent_goes: int = 0  # times it went again at no cost, never sent (see MAX_UNSENT_GOES)
     # Going again after its connection was lost without notice: it takes no HTTP/1.1 connection
     # with this id or lower (open at the loss) that had carried requests (`_fits`). 0: any.
     after_conn: int = 0
@@ -613,7 +628,7 @@ class HostPool:
             # Not a byte of them left (a closed HTTP/1.1 connection, an HTTP/2 one draining or
             # at the origin's stream limit): going again costs them no attempt.
             for waiter_id in set(waiter_ids) & conn.in_flight.keys():
-                conn.in_flight[waiter_id].attempts -= 1
+                _refund_unsent(conn.in_flight[waiter_id])
         # HTTP/2 says these were not processed (REFUSED_STREAM, above a GOAWAY's last stream);
         # HTTP/1.1 requests that left (a write that failed, a pipeline behind a stalled
         # response) may have been: they cost an attempt.
@@ -669,7 +684,7 @@ class HostPool:
         del self._conns[conn_id]
         unsent = [w for w in conn.in_flight if w in never_sent]
         for waiter_id in unsent:
-            conn.in_flight[waiter_id].attempts -= 1
+            _refund_unsent(conn.in_flight[waiter_id])
         requeued = self._take_back(conn, unsent, now, never_sent=True, fresh=not graceful)
         lost = set(unanswered) & conn.in_flight.keys()
         # The race: the one request in flight on a connection that had served others before it

@@ -17,6 +17,7 @@ from hypothesis.stateful import (
 
 from reshape.upstream.pool import (
     MAX_ATTEMPTS,
+    MAX_UNSENT_GOES,
     Action,
     Assign,
     AssignKind,
@@ -662,6 +663,28 @@ def test_an_h2_request_that_never_left_costs_no_attempt() -> None:
         actions = pool.requests_unanswered(1, [1], 1.0, never_sent=True)
         assert actions[0] == Retry(1) and Fail(1, FailReason.RETRIES_EXHAUSTED) not in actions
         assert actions[1:] == [Assign(1, 1, REUSED, 0.0)]
+
+
+def test_a_request_that_never_leaves_is_not_sent_round_new_connections_for_ever() -> None:
+    # An origin that closes (or speaks) the moment it accepts: the request never leaves, and
+    # went again at no cost on connection after connection, its queue clock starting anew each
+    # time (a review measured ~430 connections in 5 s). A few such goes are free; then each
+    # costs an attempt, and the request fails.
+    pool = make()
+    pool.request(1, 0.0, idempotent=False)
+    assert pool.connection_ready(1, H1, 0.0) == [Assign(1, 1, NEW, 0.0)]
+    conn_id, outcomes = 1, []
+    for _ in range(20):
+        actions = pool.requests_unanswered(conn_id, [1], 1.0, never_sent=True)
+        outcomes.append(actions[0])
+        if isinstance(actions[0], Fail):
+            break
+        pool.connection_lost(conn_id, 1.0, unanswered=[])
+        conn_id += 1
+        assert pool.connection_ready(conn_id, H1, 1.0) == [Assign(1, conn_id, NEW, 0.0)]
+    assert outcomes == [Retry(1)] * (MAX_UNSENT_GOES + MAX_ATTEMPTS - 1) + [
+        Fail(1, FailReason.RETRIES_EXHAUSTED)
+    ]
 
 
 def test_an_h1_request_that_never_left_goes_to_another_connection() -> None:
