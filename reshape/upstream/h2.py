@@ -446,6 +446,14 @@ class H2Upstream:
         while view:
             if self.closed or stream_id not in self._streams:
                 raise _StreamClosed
+            if response._ended and response._gone is None:
+                # A held body answered in full while it waited for a window (a 413 from an
+                # origin that leaves the window shut): the rest can change nothing (RFC 9113
+                # §8.1), so it stops with RST_STREAM CANCEL, and the answer stands. (A streamed
+                # body's answer was handed over already; its sender stops with the stream.)
+                self.h2.reset_stream(stream_id, CANCEL)
+                self._flush()
+                raise _StreamClosed
             window = self.h2.send_window_of(stream_id)
             if window <= 0:
                 self._flush()
@@ -621,6 +629,7 @@ class H2Upstream:
             if response is not None:
                 response._ended = True
                 response._wake()
+                self._window_open.set()  # a body waiting for the window stops (`_send_body`)
         elif type(event) is StreamReset:
             response = self._streams.get(event.stream_id)
             if response is not None:

@@ -157,6 +157,22 @@ async def test_a_reset_under_a_request_body_ends_the_exchange(code: int) -> None
     assert link.books.told == [("done", 1, True)]
 
 
+async def test_an_answer_complete_while_a_held_body_waits_for_a_window_stands() -> None:
+    # A POST held whole (not streamed) to an origin that answers in full (a 413) without
+    # opening the window or resetting the stream: the answer is the exchange's, the rest of
+    # the body stops with RST_STREAM CANCEL (RFC 9113 §8.1); it waited for a window that never
+    # opened, until the read timeout's 504.
+    link, task = await upload_waiting_for_window()
+    answer_in_full(link.server, b"too large")
+    events = await link.settle()
+    assert task.done()
+    assert await body_of(task.result()) == b"too large"
+    events += await link.settle()
+    assert [e.error_code for e in events if isinstance(e, h2.events.StreamReset)] == [CANCEL]
+    assert link.books.told == [("done", 1, True)]
+    await the_connection_serves_the_next_request(link)
+
+
 async def test_a_complete_response_then_a_reset_stands() -> None:
     # RFC 9113 §8.1: an origin may answer before the request's end, then reset the stream with
     # NO_ERROR to stop the upload; the client must not throw the response away.
