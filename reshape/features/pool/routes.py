@@ -38,10 +38,18 @@ class Destination:
     def of(cls, scheme: str, host: str, port: int, client_sni: str | None = None) -> Destination:
         """The destination of a request to `host`; `client_sni` is the name the client itself
         sent in its TLS hello (if it tunnelled), which names the server even when `host` is an
-        address."""
+        address.
+
+        A host name's case is no part of it (RFC 9110 §4.2.3): `Origin.Example` and
+        `origin.example` share one pool and its per-host cap, which another case of the name
+        got round. A TLS server name goes without a trailing dot (RFC 6066 §3); the host keeps
+        it (`intranet.` names no other host than the resolver's search list may make of
+        `intranet`)."""
+        host = host.lower()
         if scheme != "https":
             return cls(scheme, host, port, None)
-        return cls(scheme, host, port, client_sni or (None if _is_ip(host) else host))
+        sni = client_sni or (None if _is_ip(host) else host)
+        return cls(scheme, host, port, sni.lower().rstrip(".") or None if sni else None)
 
     @classmethod
     def of_origin(cls, origin: str) -> Destination | None:

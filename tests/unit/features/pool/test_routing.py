@@ -47,3 +47,16 @@ def test_the_remembered_routes_are_bounded() -> None:
     for n in range(ROUTES_KEPT + 10):
         routing.route_to(ORIGIN, policy, "pooled", "none", f"client-{n}", "127.0.0.1")
     assert len(routing._routes) <= ROUTES_KEPT
+
+
+def test_a_host_names_case_makes_no_other_destination_and_sni_has_no_trailing_dot() -> None:
+    # Each case of a name had its own pool, and so its own per-host cap; the dot of an
+    # absolute name went into the TLS server name (RFC 6066 §3 forbids it).
+    assert Destination.of("https", "Origin.Example", 443) == Destination.of(
+        "https", "origin.example", 443
+    )
+    assert Destination.of("http", "ORIGIN.EXAMPLE", 80).host == "origin.example"
+    absolute = Destination.of("https", "origin.example.", 443)
+    assert (absolute.host, absolute.sni) == ("origin.example.", "origin.example")
+    tunnelled = Destination.of("https", "127.0.0.3", 443, client_sni="Origin.Example.")
+    assert tunnelled.sni == "origin.example"
