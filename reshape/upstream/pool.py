@@ -1097,11 +1097,21 @@ class HostPool:
         return [self._close(c, CloseReason.ROOM_FOR_RETRY) for c in idle[:count]]
 
     def _connect_failed(self, conn: _Connection, now: float) -> list[Action]:
+        """The requests the connection was for are rejected: the oldest waiter, or, where one
+        HTTP/2 connection was to take the whole queue and no other is up or on its way, every
+        waiter. Connects to such an origin go one at a time, so rejecting one per failure made
+        the last of n requests wait n connect timeouts, or the queue's, for its 502 (as Envoy
+        and Chromium do, the requests waiting on a failed connect fail with it)."""
         del self._conns[conn.conn_id]
         actions: list[Action] = []
-        if self._queue:
+        one_for_all = self._expects_h2 and not any(
+            c.state is ConnState.CONNECTING or c.open_for_work for c in self._conns.values()
+        )
+        while self._queue:
             waiter_id, _ = self._queue.popitem(last=False)
             actions.append(Reject(waiter_id, RejectReason.CONNECT_FAILED))
+            if not one_for_all:
+                break
         return actions + self._settle(now)
 
     def _take_back(

@@ -665,6 +665,26 @@ def test_an_h2_request_that_never_left_costs_no_attempt() -> None:
         assert actions[1:] == [Assign(1, 1, REUSED, 0.0)]
 
 
+def test_a_failed_connect_that_was_to_take_the_whole_queue_fails_it_all() -> None:
+    # An https origin is expected to speak HTTP/2: one connect at a time, for every waiter.
+    # Rejecting one waiter per failure made the last of n wait n connect timeouts (or the
+    # queue's, for a 503) before it heard that the origin could not be reached.
+    pool = HostPool(HTTPS_KEY, limits(max_connections=6))
+    assert pool.request(1, 0.0, idempotent=True) == [Open(1)]
+    assert pool.request(2, 0.0, idempotent=True) == []
+    assert pool.request(3, 0.0, idempotent=False) == []
+    assert pool.connection_failed(1, 1.0) == [
+        Reject(1, RejectReason.CONNECT_FAILED),
+        Reject(2, RejectReason.CONNECT_FAILED),
+        Reject(3, RejectReason.CONNECT_FAILED),
+    ]
+    # HTTP/1.1, a connect per waiter: each failure is its own waiter's.
+    pool = make(max_connections=6, http2=False)
+    assert pool.request(1, 0.0, idempotent=True) == [Open(1)]
+    assert pool.request(2, 0.0, idempotent=True) == [Open(2)]
+    assert pool.connection_failed(1, 1.0) == [Reject(1, RejectReason.CONNECT_FAILED)]
+
+
 def test_a_request_that_never_leaves_is_not_sent_round_new_connections_for_ever() -> None:
     # An origin that closes (or speaks) the moment it accepts: the request never leaves, and
     # went again at no cost on connection after connection, its queue clock starting anew each
@@ -1261,6 +1281,7 @@ class PoolMachine(RuleBasedStateMachine):
         self.broken = False
         self.known_h2 = False
         self.learned_proto = False
+        self.connect_failures_allowed = 1
         self.assignments = 0
         self.ceiling: int | None = None
         self.lend = 0  # connections to close once idle lend_after seconds
@@ -1512,7 +1533,7 @@ class PoolMachine(RuleBasedStateMachine):
                 waiter.status = "final"
         assert not pending, "every unanswered request is sent again or failed"
         assert all(self.waiters[w].status != "queued" for w in overtaken), "FIFO within a class"
-        assert connect_failures <= 1
+        assert connect_failures <= self.connect_failures_allowed
         if opened:  # one connect per waiter, one at a time for a known h2 origin, none beside
             assert not self.live_h2()  # a live h2 connection
             if self.expects_h2():
@@ -1576,13 +1597,27 @@ class PoolMachine(RuleBasedStateMachine):
         conn_id = data.draw(st.sampled_from([c for c, x in self.conns.items() if not x.ready]))
         del self.conns[conn_id]
         oldest = self.queue[0] if self.queue else None
+        # One HTTP/2 connection was to take the whole queue, and no other is up or on its way:
+        # every waiter fails with it; otherwise the oldest.
+        for_all = self.expects_h2() and not any(
+            not x.ready or not x.draining for x in self.conns.values()
+        )
+        queued = list(self.queue)
         if as_lost:
             actions = self.pool.connection_lost(conn_id, self.now, unanswered=[])
         else:
             actions = self.pool.connection_failed(conn_id, self.now)
         if oldest is not None:
             assert actions[0] == Reject(oldest, RejectReason.CONNECT_FAILED)
+        rejected = [
+            a.waiter_id
+            for a in actions
+            if isinstance(a, Reject) and a.reason is RejectReason.CONNECT_FAILED
+        ]
+        assert rejected == (queued if for_all else queued[:1])
+        self.connect_failures_allowed = len(rejected)
         self.play(actions, "connection_failed")
+        self.connect_failures_allowed = 1
 
     def _done(self, conn_id: int, waiter_id: int, reusable: bool) -> None:
         conn = self.conns[conn_id]
