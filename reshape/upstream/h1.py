@@ -353,21 +353,31 @@ class H1Upstream:
     def _finished(self, response: H1Response) -> None:
         assert self.line and self.line[0] is response
         self.line.popleft()
-        reusable = response.keep_alive and not self.closed and not self._stalled
+        kept = response.keep_alive and not self.closed and not self._stalled
+        # Bytes that came in the read that ended this response and broke the parser (more body
+        # than its length said, a 204 with a body: RFC 9112 §6.3) leave the connection dead,
+        # however well the response ended: no request may be written to it.
+        reusable = kept and self._broken is None
         if self.line and self.line[0].abandoned:
             self.listener.request_done(response.waiter_id, reusable)
             self._lost(UpstreamError("a client abandoned its pipelined response"), graceful=True)
             return
         if self.line:
             self.line[0].turn.set()
-        elif reusable and (self._events or self.wire.has_data):
-            # More than the response came before any other request was sent: out of turn.
+        elif kept and (self._broken is not None or self._events or self.wire.has_data):
+            # More than the response came before any other request was sent: out of turn. Told
+            # first: the pool, told next that the response is done, closes the connection.
+            self.listener.out_of_turn()
             self.listener.request_done(response.waiter_id, False)
-            self._out_of_turn()
+            self._lost(UpstreamError("the origin sent more than the response"))
             return
         else:
             self.wire.on_idle_data = self._out_of_turn
         self.listener.request_done(response.waiter_id, reusable)
+        if kept and self._broken is not None:
+            # The next response was invalid: those behind this one get what arrived before the
+            # error, then the error (_poll), and the connection goes.
+            return
         if not reusable:
             # Requests pipelined behind a response that said `Connection: close` were expected
             # to go unanswered: an announced close, not a broken pipeline.

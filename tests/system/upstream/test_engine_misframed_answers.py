@@ -1,0 +1,110 @@
+"""HTTP/1.1 origins whose bytes do not frame as the answers the engine asked for: a response
+with more body than its length says, a 204 with a body. What is past an answer's end reaches
+nobody, its connection is not used again, and nothing is sent twice."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+
+from reshape.upstream.engine import Engine, Route
+from reshape.upstream.observer import EngineObserver
+from reshape.upstream.pool import PoolKey
+from reshape.upstream.types import UpstreamRequest
+from tests.support.inprocess_engine import body, limits
+
+HOST = "127.0.0.95"
+CREATED = b"HTTP/1.1 201 Created\r\nContent-Length: 7\r\n\r\ncreated"
+
+
+class CountingObserver(EngineObserver):
+    def __init__(self) -> None:
+        self.out_of_turn_count = 0
+
+    def out_of_turn(self) -> None:
+        self.out_of_turn_count += 1
+
+
+class MisframingOrigin:
+    """Answers `/first` with `first` (bytes past its end included), anything else 201; keeps
+    (connection number, method, target) of every request, and answers in one write each."""
+
+    def __init__(self, first: bytes) -> None:
+        self.first = first
+        self.connections = 0
+        self.requests: list[tuple[int, str, str]] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        number = self.connections
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            for _ in range(10):
+                head = (await reader.readuntil(b"\r\n\r\n")).decode()
+                method, target = head.split(" ", 2)[:2]
+                self.requests.append((number, method, target))
+                for line in head.lower().split("\r\n"):
+                    if line.startswith("content-length:"):
+                        await reader.readexactly(int(line.split(":")[1]))
+                writer.write(self.first if target == "/first" else CREATED)
+                await writer.drain()
+        writer.close()
+
+
+@contextlib.asynccontextmanager
+async def engine_to(
+    origin: MisframingOrigin,
+) -> AsyncIterator[tuple[Engine, Route, CountingObserver]]:
+    server = await asyncio.start_server(origin.handle, HOST, 0)
+    port = server.sockets[0].getsockname()[1]
+    observer = CountingObserver()
+    engine = Engine(None, observer)
+    engine.start()
+    route = Route(PoolKey("http", HOST, port, None), limits(connections=2), 5.0, 5.0, "p", "-")
+    try:
+        yield engine, route, observer
+    finally:
+        await engine.stop()
+        server.close()
+
+
+def request(method: bytes, path: bytes, content: bytes = b"") -> UpstreamRequest:
+    return UpstreamRequest(method, b"http", HOST.encode(), path, [], body=content)
+
+
+@pytest.mark.parametrize(
+    ("method", "first", "answer"),
+    [
+        (b"GET", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokEXTRA-JUNK", (200, b"ok")),
+        (b"DELETE", b"HTTP/1.1 204 No Content\r\nContent-Length: 2\r\n\r\n{}", (204, b"")),
+    ],
+    ids=["longer than its length", "204 with a body"],
+)
+async def test_a_post_after_an_answer_with_bytes_past_its_end_goes_once_on_a_new_connection(
+    method: bytes, first: bytes, answer: tuple[int, bytes]
+) -> None:
+    origin = MisframingOrigin(first)
+    async with engine_to(origin) as (engine, route, observer):
+        response = await engine.exchange(route, request(method, b"/first"))
+        assert (response.status, await body(response)) == answer
+        await asyncio.sleep(0.05)
+        # The POST used to be written to that connection (the origin created the order), then
+        # failed 502 on the bytes past the first answer, read as its own.
+        posted = await engine.exchange(route, request(b"POST", b"/orders", b'{"qty": 1}'))
+        assert (posted.status, await body(posted)) == (201, b"created")
+        assert observer.out_of_turn_count == 1
+    assert origin.requests == [(1, method.decode(), "/first"), (2, "POST", "/orders")]
+
+
+async def test_a_get_after_an_answer_with_bytes_past_its_end_is_sent_once() -> None:
+    origin = MisframingOrigin(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokEXTRA-JUNK")
+    async with engine_to(origin) as (engine, route, observer):
+        assert await body(await engine.exchange(route, request(b"GET", b"/first"))) == b"ok"
+        await asyncio.sleep(0.05)
+        second = await engine.exchange(route, request(b"GET", b"/second"))
+        assert (second.status, await body(second)) == (201, b"created")
+        assert observer.out_of_turn_count == 1
+    # It was sent twice: to the dead connection, then again as a keep-alive race.
+    assert origin.requests == [(1, "GET", "/first"), (2, "GET", "/second")]

@@ -1,0 +1,118 @@
+"""What an HTTP/1.1 connection to an origin (reshape/upstream/h1.py) tells the pool when the
+origin's bytes do not frame as the answers asked for. The origin is the test, writing into the
+connection's wire; its socket is a transport that keeps what is written."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from reshape.upstream.h1 import H1Response, H1Upstream
+from reshape.upstream.types import Unanswered, UpstreamError, UpstreamRequest
+from reshape.upstream.wire import Wire
+from tests.support.kept_writes import KeptWrites
+
+
+class Books:
+    """The pool's side: what the connection told it, in order (an HTTP/1.1 connection reports
+    neither a stream limit nor a GOAWAY)."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[object, ...]] = []
+
+    def out_of_turn(self) -> None:
+        self.told.append(("out of turn",))
+
+    def unanswered(self, waiter_ids: list[int], *, never_sent: bool = False) -> None:
+        self.told.append(("unanswered", list(waiter_ids), never_sent))
+
+    def request_done(self, waiter_id: int, reusable: bool) -> None:
+        self.told.append(("done", waiter_id, reusable))
+
+    def lost(self, answered: list[int], **kwargs: object) -> None:
+        self.told.append(("lost", list(answered)))
+
+
+class Link:
+    """The engine's HTTP/1.1 connection, the test playing the origin."""
+
+    def __init__(self) -> None:
+        self.books = Books()
+        self.transport = KeptWrites()
+        self.wire = Wire(tls=None)
+        self.wire.connection_made(self.transport)  # type: ignore[arg-type]
+        self.upstream = H1Upstream(self.wire, self.books)  # type: ignore[arg-type]
+
+    def exchange(self, waiter_id: int, request: UpstreamRequest) -> asyncio.Task[H1Response]:
+        return asyncio.create_task(self.upstream.exchange(waiter_id, request))
+
+    async def answer(self, data: bytes) -> None:
+        """The origin sends `data`, which arrives in one read."""
+        await asyncio.sleep(0)  # the requests handed over are written
+        self.wire.data_received(data)
+
+
+def request(method: bytes, path: bytes = b"/", body: bytes = b"") -> UpstreamRequest:
+    return UpstreamRequest(method, b"http", b"origin.test", path, [], body=body)
+
+
+async def body_of(response: H1Response) -> bytes:
+    parts = []
+    for _ in range(100):
+        chunk = await response.read()
+        if not chunk:
+            return b"".join(parts)
+        parts.append(chunk)
+    raise AssertionError("the body never ended")
+
+
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+
+@pytest.mark.parametrize(
+    ("method", "answer", "status", "body"),
+    [
+        (b"GET", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokEXTRA", 200, b"ok"),
+        (b"DELETE", b"HTTP/1.1 204 No Content\r\nContent-Length: 2\r\n\r\n{}", 204, b""),
+        (b"HEAD", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 200, b""),
+        (
+            b"GET",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\nEXTRA",
+            200,
+            b"ok",
+        ),
+    ],
+    ids=["longer than its length", "204 with a body", "HEAD with a body", "after the last chunk"],
+)
+async def test_bytes_past_a_response_in_the_read_that_ends_it_close_its_connection(
+    method: bytes, answer: bytes, status: int, body: bytes
+) -> None:
+    """RFC 9112 §6.3: a response ends where its framing says; what follows in the same read
+    answers nothing. The connection closes as for any unsolicited data (counted out of turn),
+    and the pool never gets it back: the next request, a POST, was written to it and failed."""
+    link = Link()
+    first = link.exchange(1, request(method, b"/first"))
+    await link.answer(answer)
+    response = await first
+    assert (response.status, await body_of(response)) == (status, body)
+    assert link.books.told == [("out of turn",), ("done", 1, False), ("lost", [])]
+    assert link.transport.closed
+    with pytest.raises(Unanswered):
+        await link.exchange(2, request(b"POST", b"/orders", b"{}"))
+    assert len(link.transport.writes) == 1  # the POST never left
+
+
+async def test_bytes_past_the_last_pipelined_response_close_its_connection() -> None:
+    link = Link()
+    first, second = link.exchange(1, request(b"GET")), link.exchange(2, request(b"GET"))
+    await link.answer(OK + OK + b"EXTRA")
+    assert await body_of(await first) == b"ok"
+    assert await body_of(await second) == b"ok"
+    # The connection takes nothing more from the read that broke its parser on.
+    assert link.books.told == [
+        ("done", 1, False),
+        ("out of turn",),
+        ("done", 2, False),
+        ("lost", []),
+    ]
