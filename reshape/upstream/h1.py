@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import logging
 
 from reshape.upstream import http1
@@ -308,16 +309,30 @@ class H1Upstream:
                 response.started = True
                 self._progress += 1
             try:
-                self._events.extend(self.reader.receive_data(data))
+                events = self.reader.receive_data(data)
             except http1.ProtocolError as e:
                 # What parsed before the error (a whole earlier response) is still delivered.
-                self._events.extend(e.events)
+                events = e.events
                 self._broken = UpstreamError(f"invalid response from the origin: {e}")
+            self._events.extend(events)
+            if len(self.line) > 1:
+                self._mark_started(events)
             if not data and self._broken is None:
                 self._broken = UpstreamError("connection closed by the origin")
         event = self._events.popleft()
         response.started = True
         return event
+
+    def _mark_started(self, events: list[http1.Event]) -> None:
+        """Mark answered the pipelined requests behind the front one that `events`, parsed from
+        one read, reach: those whose response ended in it, and the one whose response it began
+        (the reader's, if a byte of it came, however invalid). Only the front one reads, but
+        the connection may be lost before the others' turn: any byte of an answer marks it
+        answered, so it is never sent again."""
+        ended = sum(isinstance(event, http1.ResponseEnd) for event in events)
+        reached = ended + int(self.reader.response_started)
+        for response in itertools.islice(self.line, 1, reached):
+            response.started = True
 
     def _watch_stall(self, seen: int) -> None:
         loop = asyncio.get_running_loop()

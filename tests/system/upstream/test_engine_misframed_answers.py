@@ -1,6 +1,7 @@
 """HTTP/1.1 origins whose bytes do not frame as the answers the engine asked for: a response
-with more body than its length says, a 204 with a body. What is past an answer's end reaches
-nobody, its connection is not used again, and nothing is sent twice."""
+with more body than its length says, a 204 with a body, garbage in a pipelined answer's place.
+What is past an answer's end reaches nobody, its connection is not used again, and nothing is
+sent twice."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from reshape.upstream.engine import Engine, Route
 from reshape.upstream.observer import EngineObserver
 from reshape.upstream.pool import PoolKey
-from reshape.upstream.types import UpstreamRequest
+from reshape.upstream.types import UpstreamError, UpstreamRequest
 from tests.support.inprocess_engine import body, limits
 
 HOST = "127.0.0.95"
@@ -30,10 +31,13 @@ class CountingObserver(EngineObserver):
 
 class MisframingOrigin:
     """Answers `/first` with `first` (bytes past its end included), anything else 201; keeps
-    (connection number, method, target) of every request, and answers in one write each."""
+    (connection number, method, target) of every request, and answers in one write each. With
+    `pipelined`, its first connection reads two requests and answers both with `first`, in one
+    write."""
 
-    def __init__(self, first: bytes) -> None:
+    def __init__(self, first: bytes, *, pipelined: bool = False) -> None:
         self.first = first
+        self.pipelined = pipelined
         self.connections = 0
         self.requests: list[tuple[int, str, str]] = []
 
@@ -41,28 +45,40 @@ class MisframingOrigin:
         self.connections += 1
         number = self.connections
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
-            for _ in range(10):
-                head = (await reader.readuntil(b"\r\n\r\n")).decode()
-                method, target = head.split(" ", 2)[:2]
-                self.requests.append((number, method, target))
-                for line in head.lower().split("\r\n"):
-                    if line.startswith("content-length:"):
-                        await reader.readexactly(int(line.split(":")[1]))
-                writer.write(self.first if target == "/first" else CREATED)
+            if self.pipelined and number == 1:
+                await self.read_request(number, reader)
+                await self.read_request(number, reader)
+                writer.write(self.first)
                 await writer.drain()
+                await reader.read()  # until the engine closes
+            else:
+                for _ in range(10):
+                    target = await self.read_request(number, reader)
+                    writer.write(self.first if target == "/first" else CREATED)
+                    await writer.drain()
         writer.close()
+
+    async def read_request(self, number: int, reader: asyncio.StreamReader) -> str:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode()
+        method, target = head.split(" ", 2)[:2]
+        self.requests.append((number, method, target))
+        for line in head.lower().split("\r\n"):
+            if line.startswith("content-length:"):
+                await reader.readexactly(int(line.split(":")[1]))
+        return target
 
 
 @contextlib.asynccontextmanager
 async def engine_to(
-    origin: MisframingOrigin,
+    origin: MisframingOrigin, *, connections: int = 2, pipeline_depth: int = 0
 ) -> AsyncIterator[tuple[Engine, Route, CountingObserver]]:
     server = await asyncio.start_server(origin.handle, HOST, 0)
     port = server.sockets[0].getsockname()[1]
     observer = CountingObserver()
     engine = Engine(None, observer)
     engine.start()
-    route = Route(PoolKey("http", HOST, port, None), limits(connections=2), 5.0, 5.0, "p", "-")
+    room = limits(connections=connections, pipeline_depth=pipeline_depth)
+    route = Route(PoolKey("http", HOST, port, None), room, 5.0, 5.0, "p", "-")
     try:
         yield engine, route, observer
     finally:
@@ -108,3 +124,19 @@ async def test_a_get_after_an_answer_with_bytes_past_its_end_is_sent_once() -> N
         assert observer.out_of_turn_count == 1
     # It was sent twice: to the dead connection, then again as a keep-alive race.
     assert origin.requests == [(1, "GET", "/first"), (2, "GET", "/second")]
+
+
+async def test_garbage_in_a_pipelined_answers_place_is_its_answer_and_it_is_sent_once() -> None:
+    """The origin answers two pipelined GETs in one write: the first well, the second with
+    bytes that are no response. Any byte of an answer marks its request answered: the second
+    gets an error (a 502) and is not sent again (it went again on a new connection)."""
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    origin = MisframingOrigin(ok + b"THIS IS NOT HTTP\r\n\r\n", pipelined=True)
+    async with engine_to(origin, connections=1, pipeline_depth=4) as (engine, route, _):
+        first = asyncio.ensure_future(engine.exchange(route, request(b"GET", b"/a")))
+        await asyncio.sleep(0)  # the first request takes the connection; the second pipelines
+        second = asyncio.ensure_future(engine.exchange(route, request(b"GET", b"/b")))
+        assert await body(await first) == b"ok"
+        with pytest.raises(UpstreamError, match="invalid status line"):
+            await second
+    assert origin.requests == [(1, "GET", "/a"), (1, "GET", "/b")]
