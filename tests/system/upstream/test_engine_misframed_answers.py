@@ -33,11 +33,12 @@ class MisframingOrigin:
     """Answers `/first` with `first` (bytes past its end included), anything else 201; keeps
     (connection number, method, target) of every request, and answers in one write each. With
     `pipelined`, its first connection reads two requests and answers both with `first`, in one
-    write."""
+    write; with `stray`, those bytes follow the answer to `/first` 30 ms later."""
 
-    def __init__(self, first: bytes, *, pipelined: bool = False) -> None:
+    def __init__(self, first: bytes, *, pipelined: bool = False, stray: bytes = b"") -> None:
         self.first = first
         self.pipelined = pipelined
+        self.stray = stray
         self.connections = 0
         self.requests: list[tuple[int, str, str]] = []
 
@@ -56,6 +57,9 @@ class MisframingOrigin:
                     target = await self.read_request(number, reader)
                     writer.write(self.first if target == "/first" else CREATED)
                     await writer.drain()
+                    if target == "/first" and self.stray:
+                        await asyncio.sleep(0.03)
+                        writer.write(self.stray)
         writer.close()
 
     async def read_request(self, number: int, reader: asyncio.StreamReader) -> str:
@@ -123,6 +127,21 @@ async def test_a_get_after_an_answer_with_bytes_past_its_end_is_sent_once() -> N
         assert (second.status, await body(second)) == (201, b"created")
         assert observer.out_of_turn_count == 1
     # It was sent twice: to the dead connection, then again as a keep-alive race.
+    assert origin.requests == [(1, "GET", "/first"), (2, "GET", "/second")]
+
+
+async def test_bytes_past_an_answer_that_come_while_its_client_reads_it_are_counted() -> None:
+    """The stray bytes come in a read of their own, before the client has read the end of the
+    answer: as in the read that ended it, they close the connection and are counted (the count
+    was lost: the pool had closed the connection before it was told)."""
+    origin = MisframingOrigin(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", stray=b"STRAY")
+    async with engine_to(origin) as (engine, route, observer):
+        first = await engine.exchange(route, request(b"GET", b"/first"))
+        await asyncio.sleep(0.2)  # a slow client: the stray has come meanwhile
+        assert await body(first) == b"ok"
+        second = await engine.exchange(route, request(b"GET", b"/second"))
+        assert (second.status, await body(second)) == (201, b"created")
+        assert observer.out_of_turn_count == 1
     assert origin.requests == [(1, "GET", "/first"), (2, "GET", "/second")]
 
 
