@@ -399,6 +399,8 @@ class Engine:
                 # hours) and starts again, whole, when a chunk comes and when the request's
                 # last byte has gone out (`UpstreamRequest.sent`). An origin that takes nothing
                 # more (its window shut, its socket full) or never answers is still timed.
+                # A pipelined request's clock stops while it waits in line behind the
+                # responses ahead of it, and starts whole at its turn.
                 streamed = request.body_stream is not None
                 timer = asyncio.timeout(route.read_timeout)
                 try:
@@ -407,7 +409,8 @@ class Engine:
                             request.on_sent = functools.partial(
                                 _restart, timer, route.read_timeout, False
                             )
-                            request.on_client_wait = functools.partial(
+                        if streamed or decision.kind is AssignKind.PIPELINED:
+                            request.on_untimed_wait = functools.partial(
                                 _restart, timer, route.read_timeout
                             )
                         response: UpstreamResponse = await record.upstream.exchange(
@@ -426,7 +429,7 @@ class Engine:
                     continue
                 finally:
                     # The head has come, or never will on this attempt.
-                    request.on_sent = request.on_client_wait = None
+                    request.on_sent = request.on_untimed_wait = None
                 taken = None
                 return response
         except asyncio.CancelledError:

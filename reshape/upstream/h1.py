@@ -280,7 +280,16 @@ class H1Upstream:
         return http1.ends_before_body_sent(self.wire.peek(EARLY_HEAD_BYTES), response.method)
 
     async def _next_event(self, response: H1Response) -> http1.Event:
-        await response.turn.wait()
+        if not response.turn.is_set():
+            # Pipelined behind others: their time, not this request's origin's.
+            request = response.request
+            if request is not None:
+                request.waiting_in_line(True)
+            try:
+                await response.turn.wait()
+            finally:
+                if request is not None:
+                    request.waiting_in_line(False)
         while True:
             event = self._poll(response)
             if event is not None:
