@@ -261,6 +261,7 @@ class _Stream:
         "expected_length",
         "received_length",
         "head_request",
+        "status",
     )
 
     def __init__(self, stream_id: int, send_window: int, receive_window: int) -> None:
@@ -274,6 +275,7 @@ class _Stream:
         self.expected_length: int | None = None
         self.received_length = 0
         self.head_request = False
+        self.status = 0  # the final response's, once its head has come
 
 
 class ClientConnection:
@@ -691,12 +693,7 @@ class ClientConnection:
         data = _unpad(flags, payload) if flags & PADDED else payload
         stream.received_length += len(data)
         if stream.expected_length is not None and stream.received_length > stream.expected_length:
-            raise _Malformed(
-                f"stream {stream_id}: more body than its content-length of "
-                f"{stream.expected_length}",
-                stream_id,
-                size,
-            )
+            raise _Malformed(_body_beyond(stream), stream_id, size)
         if data or size:
             events.append(DataReceived(stream_id, data, size))
         if flags & END_STREAM:
@@ -765,12 +762,13 @@ class ClientConnection:
             events.append(InformationalResponse(stream_id, status, headers))
             return
         stream.head_received = True
-        if stream.head_request:
-            stream.expected_length = 0  # whatever its content-length says (RFC 9110 §9.3.2)
-        elif status in (204, 304):
-            # No content (RFC 9110 §6.4.1): a content-length is the unsent representation's
-            # (304) or a server's mistake (204) that RFC 9113 §8.1.1 lets pass.
-            stream.expected_length = None
+        stream.status = status
+        if stream.head_request or status in (204, 304):
+            # No content (RFC 9110 §6.4.1, §9.3.2), whatever its content-length says: that is
+            # the unsent representation's (304, HEAD) or a server's mistake (204) that RFC 9113
+            # §8.1.1 lets pass. DATA with content in it is a malformed response: relayed to an
+            # HTTP/1.1 client, it would be read as the answer to its next request.
+            stream.expected_length = 0
         else:
             for name, field_value in headers:
                 if name == b"content-length":
@@ -881,6 +879,17 @@ class ClientConnection:
             return  # ended or reset already
         self._remember_reset(stream_id)
         events.append(StreamReset(stream_id, _U32.unpack(payload)[0]))
+
+
+def _body_beyond(stream: _Stream) -> str:
+    """What is wrong with a body longer than its stream's response allows."""
+    if stream.head_request:
+        return f"stream {stream.stream_id}: a body in the response to HEAD, which has none"
+    if stream.status in (204, 304):
+        return f"stream {stream.stream_id}: a body in a {stream.status} response, which has none"
+    return (
+        f"stream {stream.stream_id}: more body than its content-length of {stream.expected_length}"
+    )
 
 
 def _unpad(flags: int, payload: bytes) -> bytes:

@@ -377,8 +377,8 @@ def test_a_body_on_a_response_to_head_resets_its_stream() -> None:
     assert events[1] == StreamReset(
         1,
         PROTOCOL_ERROR,
-        reset_here="malformed response from the origin: stream 1: more body than its "
-        "content-length of 0",
+        reset_here="malformed response from the origin: stream 1: a body in the response to "
+        "HEAD, which has none",
     )
     assert not client.closed
 
@@ -468,6 +468,21 @@ def test_a_response_without_content_may_announce_a_length(status: int, length: b
         ResponseReceived(1, status, [(b"content-length", length)], True),
         StreamEnded(1),
     ]
+
+
+@pytest.mark.parametrize("status", [204, 304])
+def test_a_response_without_content_may_end_with_an_empty_data_frame(status: int) -> None:
+    # Nothing of content in it (padding is none): as a response ending in its head.
+    client = raw_client()
+    client.send_headers(1, HEAD, end_stream=True)
+    head = _head([(b":status", b"%d" % status), (b"content-length", b"4")])
+    padding = frame(0, 0x8, 1, b"\x02\x00\x00")
+    assert client.receive_data(head + padding + frame(0, 0x1, 1)) == [
+        ResponseReceived(1, status, [(b"content-length", b"4")], False),
+        DataReceived(1, b"", 3),
+        StreamEnded(1),
+    ]
+    assert not client.closed and client.open_streams == 0
 
 
 def _head(fields: list[tuple[bytes, bytes]], flags: int = 0x4) -> bytes:
@@ -580,6 +595,11 @@ MALFORMED = {
     "a content-length too long to be one": _head(
         [(b":status", b"200"), (b"content-length", b"9" * 4_400)]
     ),
+    # RFC 9110 §6.4.1: no content, whatever the content-length says. Relayed to an HTTP/1.1
+    # client, the body would be read as the answer to its next request.
+    "a body on a 204": _head([(b":status", b"204"), (b"content-length", b"4")])
+    + frame(0, 1, 1, b"EVIL"),
+    "a body on a 304": _head([(b":status", b"304")]) + frame(0, 0, 1, b"x"),
 }
 
 
