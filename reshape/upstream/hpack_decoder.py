@@ -18,6 +18,14 @@ of theirs, as do the limits (`max_header_list_size`, `max_allowed_table_size`). 
 decoding, the one h2 asks for, takes this path. hpack's debug log of each decoded field is not
 written for the ones decoded here.
 
+One difference on purpose: a header list over `max_header_list_size` stops hpack's decoder at
+the field that passes the limit, which leaves the dynamic table short of the peer encoder's
+(every later block of the connection decodes wrong); here the block is decoded to its end, its
+fields discarded, and only then is `OversizedHeaderListError` raised, as RFC 9113 §10.5.1 asks
+("The field block MUST be processed to ensure a consistent connection state"). The engine's
+HTTP/2 codec resets the one stream for it and the connection goes on
+(reshape/upstream/http2.py); h2 closes the connection, as it did.
+
 No maintained library offers a faster HPACK decoder that is safe for untrusted input
 (reshape/upstream/hpack_table.py says why jh2 is not one); checked on the hpack releases in
 reshape/upstream/h2.py (`HPACK_CHECKED_ON`).
@@ -66,7 +74,7 @@ class HeadDecoder(Decoder):
         headers: list[HeaderTuple] = []
         dynamic = self.header_table.dynamic_entries
         limit = self.max_header_list_size
-        inflated = 0
+        inflated = 0  # the size of the fields so far (RFC 7541 §4.1), kept or not
         at = 0
         end = len(data)
         while at < end:
@@ -88,7 +96,7 @@ class HeadDecoder(Decoder):
                 else:
                     header, consumed = literal
             elif first & 0x20:
-                if headers:
+                if inflated:  # a field before it, kept or not
                     msg = "Table size update not at the start of the block"
                     raise HPACKDecodingError(msg)
                 consumed = self._update_encoding_context(view[at:])
@@ -104,10 +112,12 @@ class HeadDecoder(Decoder):
                 # hpack's `table_entry_size`, written out: a call per field cost ~10% here.
                 inflated += _ENTRY_OVERHEAD + len(header[0]) + len(header[1])
                 if inflated > limit:
-                    msg = f"A header list larger than {limit} has been received"
-                    raise OversizedHeaderListError(msg)
+                    headers.clear()  # over the limit: discarded, the block decoded on
             at += consumed
         self._assert_valid_table_size()
+        if inflated > limit:
+            msg = f"A header list larger than {limit} has been received"
+            raise OversizedHeaderListError(msg)
         for position, header in enumerate(headers):
             if type(header[0]) is not bytes or type(header[1]) is not bytes:
                 # As hpack's `_unicode_if_needed` does for raw headers.

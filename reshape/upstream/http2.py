@@ -22,7 +22,9 @@ closed, as h2 did for the engine — but for what RFC 9113 makes a stream's erro
 connection's: a malformed response (§8.1.1: a field HTTP/2 forbids, a bad :status, DATA before
 the head, a body that does not match its content-length), a WINDOW_UPDATE of 0 or one that
 takes a stream's window above 2^31-1 (§6.9, §6.9.1), DATA beyond a stream's window (§6.9.1
-allows either; nghttp2 makes it the stream's) and a PRIORITY frame of a bad length (§6.3).
+allows either; nghttp2 makes it the stream's), a PRIORITY frame of a bad length (§6.3) and a
+response head larger than this side announced it takes (§10.5.1; the block is still decoded
+whole, as the HPACK table is the connection's).
 That stream is reset (PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR),
 `StreamReset.reset_here` says why, and the connection goes on serving the other streams (in a
 shared pool, other clients' requests). Frames on a stream this side has reset are dropped
@@ -84,7 +86,8 @@ DEFAULT_FRAME_SIZE = 16_384  # what we accept: our SETTINGS_MAX_FRAME_SIZE is ne
 MAX_FRAME_SIZE_LIMIT = 2**24 - 1
 MAX_STREAM_ID = 2**31 - 1
 # A response head's HPACK block, CONTINUATIONs included, may be at most this long (the decoded
-# list is bounded by the decoder's max_header_list_size, 64 KB, as h2's was).
+# list is bounded by the decoder's max_header_list_size, 64 KB, as h2's was; a larger one is
+# decoded all the same, its fields discarded, and its stream reset).
 MAX_HEADER_BLOCK = 256 * 1024
 # Streams this side reset are remembered (their late frames dropped) up to this many.
 RESET_MEMORY = 1024
@@ -325,8 +328,8 @@ class ClientConnection:
                 (ENABLE_PUSH, 0),
                 (INITIAL_WINDOW_SIZE, self._stream_window),
                 (MAX_CONCURRENT_STREAMS, self._local_max_streams),
-                # What the decoder takes (a larger head closes the connection): said, so that
-                # an origin that listens answers otherwise (RFC 9113 §6.5.2; h2 said it too).
+                # What the decoder takes (a larger head resets its stream): said, so that an
+                # origin that listens answers otherwise (RFC 9113 §6.5.2; h2 said it too).
                 (MAX_HEADER_LIST_SIZE, self.decoder.max_header_list_size),
             )
         )
@@ -533,13 +536,10 @@ class ClientConnection:
             self.closed = True
             e.events = events
             raise
-        except (HPACKError, OversizedHeaderListError) as e:
-            code = (
-                ENHANCE_YOUR_CALM if isinstance(e, OversizedHeaderListError) else COMPRESSION_ERROR
-            )
-            self._frame(GOAWAY, 0, 0, _U32_PAIR.pack(0, code))
+        except HPACKError as e:
+            self._frame(GOAWAY, 0, 0, _U32_PAIR.pack(0, COMPRESSION_ERROR))
             self.closed = True
-            error = ProtocolError(f"invalid header block: {e}", code)
+            error = ProtocolError(f"invalid header block: {e}", COMPRESSION_ERROR)
             error.events = events
             raise error from None
         return events
@@ -736,7 +736,20 @@ class ClientConnection:
 
     def _head(self, flags: int, stream_id: int, block: bytes, events: list[Event]) -> None:
         # Decoded whatever the stream: the HPACK table is the connection's.
-        fields = self.decoder.decode(block, raw=True)
+        try:
+            fields = self.decoder.decode(block, raw=True)
+        except OversizedHeaderListError:
+            # Over the limit this side announced (SETTINGS_MAX_HEADER_LIST_SIZE): the decoder
+            # took the whole block (the table stays the origin's encoder's) and discarded its
+            # fields. The response is dropped, its stream alone reset (RFC 9113 §10.5.1).
+            if self._stream_for(stream_id, "HEADERS", events) is None:
+                return
+            raise _StreamError(
+                f"a response head larger than {self.decoder.max_header_list_size} bytes "
+                f"(decoded) from the origin on stream {stream_id}",
+                stream_id,
+                PROTOCOL_ERROR,
+            ) from None
         stream = self._stream_for(stream_id, "HEADERS", events)
         if stream is None:
             return

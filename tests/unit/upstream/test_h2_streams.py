@@ -317,6 +317,21 @@ async def test_a_body_beyond_its_length_cuts_the_response_off() -> None:
     assert not link.upstream.closed
 
 
+async def test_a_head_over_the_limit_fails_its_request_alone() -> None:
+    # RFC 9113 §10.5.1: larger than the 64 KB this side announced. The origin answered: the
+    # request is not sent again; the connection, which other clients' streams share, carries
+    # on (it was closed, the request sent again and other streams on it cut off).
+    link, task = await a_get_at_the_origin()
+    big = [(b":status", b"200"), *((b"x-h%d" % n, b"v" * 700) for n in range(100))]
+    link.server.send_headers(1, big)
+    events = await link.settle()
+    with pytest.raises(UpstreamError, match="a response head larger than 65536 bytes"):
+        task.result()
+    assert [e.error_code for e in events if isinstance(e, h2.events.StreamReset)] == [0x1]
+    assert link.books.told == [("done", 1, True)]
+    await the_connection_serves_the_next_request(link)
+
+
 async def test_a_complete_response_outlives_its_connection() -> None:
     # The origin answered in full, then closed (nginx after keepalive_requests): the response,
     # not yet read, is delivered whole and ends cleanly.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hpack import Decoder, Encoder, HeaderTuple, NeverIndexedHeaderTuple
+from hpack import Decoder, Encoder, HeaderTuple, NeverIndexedHeaderTuple, OversizedHeaderListError
 from hpack.huffman import HuffmanEncoder
 from hpack.huffman_constants import REQUEST_CODES, REQUEST_CODES_LENGTH
 from hypothesis import HealthCheck, given, settings
@@ -40,11 +40,27 @@ def outcome(decoder: Decoder, block: bytes) -> object:
 
 
 def both(blocks: list[bytes], limit: int | None = None) -> None:
+    """Ours decodes each block as hpack's does, but for a header list over the limit: hpack's
+    stops there, ours decodes the block to its end all the same (RFC 9113 §10.5.1: the table
+    stays the peer encoder's) and then raises. So ours is compared with hpack's without a limit,
+    an OversizedHeaderListError in place of headers over it."""
     ours, hpacks = HeadDecoder(), Decoder()
     if limit is not None:
-        ours.max_header_list_size = hpacks.max_header_list_size = limit
+        ours.max_header_list_size = limit
+    hpacks.max_header_list_size = 2**62
     for block in blocks:
-        assert outcome(ours, block) == outcome(hpacks, block)
+        headers, *table = outcome(hpacks, block)
+        if isinstance(headers, list) and list_size(headers) > ours.max_header_list_size:
+            limit_passed = (
+                f"A header list larger than {ours.max_header_list_size} has been received"
+            )
+            headers = (OversizedHeaderListError, limit_passed)
+        assert outcome(ours, block) == (headers, *table)
+
+
+def list_size(headers: list[tuple[type, tuple[bytes, bytes]]]) -> int:
+    """A header list's size as RFC 7541 §4.1 counts it."""
+    return sum(32 + len(name) + len(value) for _, (name, value) in headers)
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -71,6 +87,16 @@ def test_well_formed_blocks_decode_as_hpacks(seed: int) -> None:
         blocks.append(encoder.encode(fields))
     both(blocks)
     both(blocks, limit=2000)  # some blocks above the header list limit
+
+
+def test_a_block_over_the_limit_is_decoded_to_its_end() -> None:
+    # Its fields are discarded, and its table entries kept: the next block names them.
+    encoder, decoder = Encoder(), HeadDecoder()
+    decoder.max_header_list_size = 1_000
+    fields = [(b"x-%d" % n, b"v" * 100) for n in range(20)]
+    with pytest.raises(OversizedHeaderListError):
+        decoder.decode(encoder.encode(fields), raw=True)
+    assert [tuple(h) for h in decoder.decode(encoder.encode(fields[-3:]), raw=True)] == fields[-3:]
 
 
 def test_static_and_dynamic_indices_come_back_as_header_tuples() -> None:

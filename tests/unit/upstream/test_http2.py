@@ -718,6 +718,48 @@ def test_what_an_origin_may_not_send_closes_the_connection(case: str) -> None:
     expect_connection_error(client, data, code)
 
 
+def test_a_head_over_the_decoders_limit_resets_its_stream_alone() -> None:
+    # RFC 9113 §10.5.1: a response head larger than the SETTINGS_MAX_HEADER_LIST_SIZE this side
+    # announced (64 KB decoded) is discarded, its stream alone reset; the block is decoded to its
+    # end all the same, so that the dynamic table stays the origin's encoder's.
+    client = raw_client()
+    client.send_headers(1, HEAD, end_stream=True)
+    client.send_headers(3, HEAD, end_stream=True)
+    client.data_to_send()
+    encoder = Encoder()  # the origin's, for both responses: one dynamic table
+    big = [(b":status", b"200"), *((b"x-h%d" % n, b"v" * 700) for n in range(100))]
+    whole = encoder.encode(big)
+    assert client.decoder.max_header_list_size < 70_000 and len(whole) < 9 * 16_384
+    pieces = [whole[at : at + 16_384] for at in range(0, len(whole), 16_384)]
+    data = frame(1, 0x1, 1, pieces[0]) + b"".join(frame(9, 0, 1, p) for p in pieces[1:-1])
+    events = client.receive_data(data + frame(9, 0x4, 1, pieces[-1]))
+    assert [(type(e), e.stream_id, e.error_code) for e in events] == [
+        (StreamReset, 1, PROTOCOL_ERROR)
+    ]
+    assert "larger than 65536" in events[0].reset_here and "stream 1" in events[0].reset_here
+    out = client.data_to_send()
+    assert frame(3, 0, 1, struct.pack(">I", PROTOCOL_ERROR)) in out and not has_goaway(out)
+    assert not client.closed and client.open_streams == 1
+    # The last fields of the big head are in the table: the next head names them by index.
+    answer = encoder.encode([(b":status", b"200"), (b"x-h99", b"v" * 700)])
+    assert len(answer) < 10
+    assert client.receive_data(frame(1, 0x5, 3, answer)) == [
+        ResponseReceived(3, 200, [(b"x-h99", b"v" * 700)], True),
+        StreamEnded(3),
+    ]
+
+
+def test_a_head_over_the_limit_on_a_stream_reset_here_is_dropped() -> None:
+    client = raw_client()
+    client.send_headers(1, HEAD, end_stream=True)
+    client.reset_stream(1)
+    client.data_to_send()
+    # One field of 3 KB, then named by its index 29 times: 90 KB decoded from a small block.
+    fields = [(b":status", b"200"), *[(b"x-big", b"v" * 3_000)] * 30]
+    assert client.receive_data(frame(1, 0x5, 1, Encoder().encode(fields))) == []
+    assert client.data_to_send() == b"" and not client.closed
+
+
 def test_empty_frames_up_to_the_limit_or_ending_the_stream_are_no_flood() -> None:
     client = raw_client()
     client.send_headers(1, HEAD, end_stream=True)
