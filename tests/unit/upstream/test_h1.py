@@ -118,37 +118,34 @@ async def test_bytes_past_the_last_pipelined_response_close_its_connection() -> 
     ]
 
 
-async def test_an_invalid_answer_behind_a_good_one_in_the_same_read_is_an_answer() -> None:
+@pytest.mark.parametrize(
+    ("behind", "closes", "error", "reusable"),
+    [
+        (b"THIS IS NOT HTTP\r\n\r\n", False, "invalid response", False),  # garbage
+        (b"HTTP/1.1 20", True, "closed mid-response", True),  # a head the close cut off
+    ],
+    ids=["garbage", "cut-off head"],
+)
+async def test_an_answer_begun_behind_a_good_one_in_the_same_read_is_an_answer(
+    behind: bytes, closes: bool, error: str, reusable: bool
+) -> None:
     """Any byte of an answer marks its request answered, pipelined or not: the request whose
-    answer was garbage gets an error and is not sent again (it was: only the front response was
-    marked, and the pool took the loss of the others for a close before they were answered).
-    The request behind it, whose turn no byte reached, still may go again."""
+    answer began in the front response's read gets an error and is not sent again (it was: only
+    the front response was marked, and the pool took the loss of the others for a close before
+    they were answered). The request behind it, whose turn no byte reached, still may go
+    again."""
     link = Link()
     first, second, third = (link.exchange(i, request(b"GET")) for i in (1, 2, 3))
-    await link.answer(OK + b"THIS IS NOT HTTP\r\n\r\n")
+    await link.answer(OK + behind)
+    if closes:
+        link.wire.eof_received()
     assert await body_of(await first) == b"ok"
-    with pytest.raises(UpstreamError, match="invalid response") as raised:
+    with pytest.raises(UpstreamError, match=error) as raised:
         await second
     assert not isinstance(raised.value, Unanswered)
     with pytest.raises(Unanswered):
         await third
-    assert link.books.told == [("done", 1, False), ("lost", [2])]
-
-
-async def test_a_pipelined_answer_whose_head_had_begun_when_the_origin_closed_is_an_answer() -> (
-    None
-):
-    link = Link()
-    first, second, third = (link.exchange(i, request(b"GET")) for i in (1, 2, 3))
-    await link.answer(OK + b"HTTP/1.1 20")
-    link.wire.eof_received()
-    assert await body_of(await first) == b"ok"
-    with pytest.raises(UpstreamError, match="closed mid-response") as raised:
-        await second
-    assert not isinstance(raised.value, Unanswered)
-    with pytest.raises(Unanswered):
-        await third
-    assert link.books.told == [("done", 1, True), ("lost", [2])]
+    assert link.books.told == [("done", 1, reusable), ("lost", [2])]
 
 
 async def test_pipelined_requests_no_byte_of_whose_answer_came_are_unanswered() -> None:
