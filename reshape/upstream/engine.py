@@ -399,8 +399,7 @@ class Engine:
                 # hours) and starts again, whole, when a chunk comes and when the request's
                 # last byte has gone out (`UpstreamRequest.sent`). An origin that takes nothing
                 # more (its window shut, its socket full) or never answers is still timed.
-                # A pipelined request's clock stops while it waits in line behind the
-                # responses ahead of it, and starts whole at its turn.
+                # A pipelined request's clock starts again, whole, at its turn.
                 streamed = request.body_stream is not None
                 timer = asyncio.timeout(route.read_timeout)
                 try:
@@ -409,9 +408,12 @@ class Engine:
                             request.on_sent = functools.partial(
                                 _restart, timer, route.read_timeout, False
                             )
-                        if streamed or decision.kind is AssignKind.PIPELINED:
-                            request.on_untimed_wait = functools.partial(
+                            request.on_client_wait = functools.partial(
                                 _restart, timer, route.read_timeout
+                            )
+                        elif decision.kind is AssignKind.PIPELINED:
+                            request.on_turn = functools.partial(
+                                _restart, timer, route.read_timeout, False
                             )
                         response: UpstreamResponse = await record.upstream.exchange(
                             waiter.id, request
@@ -429,7 +431,7 @@ class Engine:
                     continue
                 finally:
                     # The head has come, or never will on this attempt.
-                    request.on_sent = request.on_untimed_wait = None
+                    request.on_sent = request.on_client_wait = request.on_turn = None
                 taken = None
                 return response
         except asyncio.CancelledError:

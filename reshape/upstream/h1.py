@@ -281,15 +281,10 @@ class H1Upstream:
 
     async def _next_event(self, response: H1Response) -> http1.Event:
         if not response.turn.is_set():
-            # Pipelined behind others: their time, not this request's origin's.
-            request = response.request
-            if request is not None:
-                request.waiting_in_line(True)
-            try:
-                await response.turn.wait()
-            finally:
-                if request is not None:
-                    request.waiting_in_line(False)
+            # Pipelined behind others: once its turn comes, its origin's time starts whole.
+            await response.turn.wait()
+            if response.request is not None:
+                response.request.turn_came()
         while True:
             event = self._poll(response)
             if event is not None:

@@ -107,10 +107,11 @@ class UpstreamRequest:
     on_interim: Callable[[int, Headers], None] | None = None
     # Told once the request has gone out whole, its body's end included (see `sent`).
     on_sent: Callable[[], None] | None = None
-    # Told True when the connection starts a wait that is not the origin's, False when it
-    # ends: for the client's next body chunk (`waiting_for_client`), or behind another
-    # request's response on a pipeline (`waiting_in_line`).
-    on_untimed_wait: Callable[[bool], None] | None = None
+    # Told True when the connection starts waiting for the client's next body chunk, False
+    # when that wait ends (see `waiting_for_client`).
+    on_client_wait: Callable[[bool], None] | None = None
+    # Told when a pipelined request's turn comes (see `turn_came`).
+    on_turn: Callable[[], None] | None = None
 
     def interim(self, status: int, fields: Headers) -> None:
         """The origin sent an informational response: `on_interim` is told of every 1xx but
@@ -131,17 +132,17 @@ class UpstreamRequest:
         upload paused by its client, a gRPC stream waiting for the client's next message. That
         time is the client's; any other wait (for the origin's window, for the socket to take
         what was written, for the answer) is the origin's."""
-        if self.on_untimed_wait is not None:
-            self.on_untimed_wait(waiting)
+        if self.on_client_wait is not None:
+            self.on_client_wait(waiting)
 
-    def waiting_in_line(self, waiting: bool) -> None:
-        """The request, pipelined, waits for the responses ahead of it on its connection
-        (True), or no more: its turn has come (False). That time is theirs (their origin's, or
-        their clients' who read them slowly: `pipeline_stall_timeout` moves the requests behind
-        a response that stops coming); the wait for this request's own answer starts at its
-        turn."""
-        if self.on_untimed_wait is not None:
-            self.on_untimed_wait(waiting)
+    def turn_came(self) -> None:
+        """The request, pipelined, has waited for the responses ahead of it on its connection,
+        and its turn has come: the wait for its own answer starts whole. The wait in line is
+        timed too, by the same timeout (a response ahead that never ends, a server-sent event
+        stream, must not hold it for ever; one that stops coming moves it sooner, after
+        `pipeline_stall_timeout`), but it no longer eats into the time its origin has."""
+        if self.on_turn is not None:
+            self.on_turn()
 
     @property
     def idempotent(self) -> bool:
