@@ -145,6 +145,14 @@ class Wire(asyncio.Protocol):
             if self._buffered > HIGH_WATER and not self._reading_paused and self.transport:
                 self.transport.pause_reading()
                 self._reading_paused = True
+        if self.tls is not None and self.tls.closed and not self._eof:
+            # close_notify: the origin's end of the stream (RFC 8446 §6.1), as a FIN would be.
+            # asyncio servers (hypercorn, uvicorn, aiohttp) end an idle connection with it and
+            # wait up to 30 s for the TCP close; taken for nothing, the connection went to the
+            # next request, which the origin dropped: a GET answered 30 s late, a POST a 502.
+            self._end_of_stream()
+            if self.transport is not None:
+                self.transport.close()
 
     def eof_received(self) -> bool | None:
         if self.tls is not None:
@@ -156,12 +164,15 @@ class Wire(asyncio.Protocol):
             if plaintext:
                 self._chunks.append(plaintext)
                 self._buffered += len(plaintext)
+        self._end_of_stream()
+        return None
+
+    def _end_of_stream(self) -> None:
         self._eof = True
         self._readable.set()
         if not self._handshake.done():
             self._handshake.set_exception(WireError("connection closed during the TLS handshake"))
         self._notify_close()
-        return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         if exc is not None and self._error is None:

@@ -319,3 +319,43 @@ class DrainingH2Origin(ScriptedOrigin):
             with contextlib.suppress(h2.exceptions.ProtocolError):
                 events = connection.receive_data(data)
                 self.requests += sum(isinstance(e, h2.events.RequestReceived) for e in events)
+
+
+class CloseNotifyOrigin(ScriptedOrigin):
+    """An HTTPS origin (HTTP/1.1) that ends a connection idle for `idle` seconds as asyncio
+    servers do (hypercorn, uvicorn): TLS close_notify, then a wait of up to 30 s for the peer
+    to close before the TCP connection goes. It answers every request with its method and
+    records what it received (`requests`: (connection number, method, path))."""
+
+    def __init__(self, host: str, tls: IssuedCert, *, idle: float = 0.3) -> None:
+        super().__init__(host, tls)
+        self.idle = idle
+        self.connections = 0
+        self.requests: list[tuple[int, str, str]] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        number = self.connections
+        connection = h11.Connection(h11.SERVER)
+        while True:
+            try:
+                event = await asyncio.wait_for(h11_event(connection, reader), self.idle)
+            except TimeoutError:
+                writer.close()  # close_notify; asyncio then waits for the peer's close
+                with contextlib.suppress(Exception):
+                    await writer.wait_closed()
+                return
+            if not isinstance(event, h11.Request):
+                return
+            while not isinstance(await h11_event(connection, reader), h11.EndOfMessage):
+                pass
+            self.requests.append((number, event.method.decode(), event.target.decode()))
+            body = event.method
+            writer.write(
+                connection.send(
+                    h11.Response(status_code=200, headers=[("content-length", str(len(body)))])
+                )
+                + connection.send(h11.Data(data=body))
+                + connection.send(h11.EndOfMessage())
+            )
+            connection.start_next_cycle()

@@ -22,6 +22,7 @@ from tests.support.clients import h2_burst
 from tests.support.memory import RssPeak
 from tests.support.reshape_process import RunningProxy, StartProxy
 from tests.support.scripted_origins import (
+    CloseNotifyOrigin,
     DrainingH2Origin,
     EarlyAnswerOrigin,
     InterimThenReadAllOrigin,
@@ -305,6 +306,30 @@ def _wait_for_capture(tshark: subprocess.Popen[bytes]) -> None:
         if tshark.poll() is not None:
             raise AssertionError("tshark exited: " + line.decode())
     time.sleep(0.3)
+
+
+@pytest.mark.slow
+def test_an_origins_close_notify_ends_its_connection(
+    start_reshape: StartProxy, tmp_path: Path, origin_pki: OriginPKI
+) -> None:
+    # An asyncio origin ends an idle connection with TLS close_notify and waits up to 30 s
+    # for the TCP close. The engine took that connection as open and wrote the next request
+    # to it, which the origin dropped: a POST got a 502 (or waited the 30 s), a GET 30 s late.
+    proxy = start_reshape(policy=policy_file(tmp_path, "{}"))
+    trust = ssl.create_default_context(cafile=proxy.ca_cert)
+    with (
+        CloseNotifyOrigin("127.0.0.102", origin_pki.issue(["127.0.0.102"]), idle=0.3) as origin,
+        httpx.Client(proxy=proxy.proxy_url, verify=trust, timeout=40) as client,
+    ):
+        assert client.get(origin.url("/first")).text == "GET"
+        time.sleep(1.0)  # the origin has sent close_notify
+        started = time.monotonic()
+        answer = client.post(origin.url("/order"), content=b"qty=1")
+        assert (answer.status_code, answer.text) == (200, "POST")
+        assert time.monotonic() - started < 5
+        assert client.get(origin.url("/again")).text == "GET"
+    assert [method for _, method, _ in origin.requests] == ["GET", "POST", "GET"]
+    assert origin.requests[1][0] == 2  # the POST went once, on a new connection
 
 
 @pytest.mark.slow
