@@ -317,6 +317,22 @@ async def test_a_body_beyond_its_length_cuts_the_response_off() -> None:
     assert not link.upstream.closed
 
 
+async def test_a_body_on_a_204_cuts_the_response_off() -> None:
+    # RFC 9110 §6.4.1: a 204 has no content. Its head has gone on to the client; what the
+    # origin sends after it must not: to an HTTP/1.1 client it would be the next response.
+    link, task = await a_get_at_the_origin()
+    link.server.send_headers(1, [(b":status", b"204")])
+    await link.settle()
+    response = task.result()
+    forged = b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nEVIL"
+    link.server.send_data(1, forged, end_stream=True)
+    await link.settle()
+    with pytest.raises(UpstreamError, match="a body in a 204 response, which has none"):
+        await body_of(response)
+    assert link.books.told == [("done", 1, True)]
+    await the_connection_serves_the_next_request(link)
+
+
 async def test_a_head_over_the_limit_fails_its_request_alone() -> None:
     # RFC 9113 §10.5.1: larger than the 64 KB this side announced. The origin answered: the
     # request is not sent again; the connection, which other clients' streams share, carries
