@@ -136,11 +136,19 @@ class H1Upstream:
         response = H1Response(self, waiter_id, request.method)
         response.request = request
         # Framing is this hop's own: the client's Content-Length / Transfer-Encoding never pass.
-        headers = [(b"Host", request.authority)] + [
-            (name, value)
-            for name, value in request.headers
-            if name.lower() not in (b"content-length", b"transfer-encoding")
-        ]
+        # An HTTP/2 client's cookie crumbs go as one field, joined with "; " (RFC 9113 §8.2.3).
+        headers: list[tuple[bytes, bytes]] = [(b"Host", request.authority)]
+        cookies: list[bytes] = []
+        cookie_name = b""
+        for name, value in request.headers:
+            lowered = name.lower()
+            if lowered == b"cookie":
+                cookie_name = cookie_name or name
+                cookies.append(value)
+            elif lowered != b"content-length" and lowered != b"transfer-encoding":
+                headers.append((name, value))
+        if cookies:
+            headers.append((cookie_name, b"; ".join(cookies)))
         streamed = request.body_stream is not None
         if streamed:
             headers.append((b"Transfer-Encoding", b"chunked"))

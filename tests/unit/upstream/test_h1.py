@@ -158,3 +158,26 @@ async def test_pipelined_requests_no_byte_of_whose_answer_came_are_unanswered() 
         with pytest.raises(Unanswered):
             await later
     assert link.books.told == [("done", 1, True), ("lost", [])]
+
+
+async def test_an_http2_clients_cookie_crumbs_reach_an_http1_origin_as_one_field() -> None:
+    # An HTTP/2 client may split its cookies into fields of their own (RFC 9113 §8.2.3, as
+    # Firefox does); to HTTP/1.1 they go as one field joined with "; ", which that section
+    # requires. They went as several `Cookie` fields, which servers that fold repeated fields
+    # with "," (WSGI) misread. mitmproxy's own HTTP/1.1 client joins them; the engine did not.
+    link = Link()
+    crumbs = UpstreamRequest(
+        b"GET",
+        b"http",
+        b"origin.test",
+        b"/",
+        [(b"cookie", b"a=1"), (b"accept", b"*/*"), (b"cookie", b"b=2"), (b"cookie", b"c=3")],
+    )
+    task = link.exchange(1, crumbs)
+    await link.answer(OK)
+    await body_of(await task)
+    head = b"".join(link.transport.writes).split(b"\r\n\r\n")[0].split(b"\r\n")
+    assert [line for line in head if line.lower().startswith(b"cookie:")] == [
+        b"cookie: a=1; b=2; c=3"
+    ]
+    assert b"accept: */*" in head
