@@ -506,11 +506,20 @@ def mitmproxy_response(response: UpstreamResponse, method: bytes) -> http.Respon
     Framing is the client side's business: hop-by-hop fields go; a body without a length is
     marked chunked, which mitmproxy's HTTP/1 server then uses (its HTTP/2 server drops the
     field). An HTTP/2 origin may send a length and trailers both; when its head announces them
-    (a `Trailer` field) the length goes, so that they can follow the body to HTTP/1.1 clients."""
+    (a `Trailer` field) the length goes, so that they can follow the body to HTTP/1.1 clients.
+    A 204's length goes too (RFC 9110 §8.6: an HTTP/2 client refuses the stream), and so does a
+    field whose value has a control character (§5.5), as in trailers: an HTTP/2 client refused
+    the whole response for it."""
     fields = response.headers
     lowered = [name.lower() for name, _ in fields]  # each name lowered once: this runs per response
     drop = hop_by_hop(fields, lowered)
-    headers = [field for field, name in zip(fields, lowered, strict=True) if name not in drop]
+    if response.status == 204:
+        drop = drop | {b"content-length"}
+    headers = [
+        field
+        for field, name in zip(fields, lowered, strict=True)
+        if name not in drop and not _FIELD_VALUE_FORBIDDEN.search(field[1])
+    ]
     has_length = b"content-length" in lowered and b"content-length" not in drop
     if has_length and b"trailer" in lowered and response.http_version == "HTTP/2":
         headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]

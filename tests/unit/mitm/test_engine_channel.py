@@ -277,3 +277,23 @@ async def test_an_origin_is_timed_for_silence_unless_the_engine_waits_for_the_cl
         assert not body.awaited
         with pytest.raises(UpstreamError, match="origin silent for 0.05 s"):
             await piece
+
+
+def test_a_204s_length_goes_and_a_304s_and_a_heads_stay() -> None:
+    # A server must not send Content-Length in a 204 (RFC 9110 §8.6); relayed, an HTTP/2
+    # client (curl, nghttp2) refused the stream (PROTOCOL_ERROR). A 304's and a HEAD's say
+    # the representation's length, which they may.
+    answer = Answer(status=204, reason=b"", headers=[(b"Content-Length", b"5"), (b"X", b"1")])
+    assert list(mitmproxy_response(answer, b"GET").headers.fields) == [(b"X", b"1")]
+    for status, method in ((304, b"GET"), (200, b"HEAD")):
+        kept = Answer(status=status, headers=[(b"Content-Length", b"5")])
+        assert mitmproxy_response(kept, method).headers.get("content-length") == "5"
+
+
+def test_a_response_field_with_a_control_character_does_not_pass() -> None:
+    # A field value with a control character (RFC 9110 §5.5) from an HTTP/1.1 origin: an
+    # HTTP/2 client refused the whole response (PROTOCOL_ERROR), an HTTP/1.1 client got the raw
+    # byte. It goes, as such trailer fields do; the others, tabs inside values too, stay.
+    answer = Answer(headers=[(b"X-Ctl", b"a\x01b"), (b"X-Del", b"a\x7fb"), (b"X-Tab", b"a\tb")])
+    fields = mitmproxy_response(answer, b"GET").headers.fields
+    assert [name for name, _ in fields] == [b"X-Tab", b"transfer-encoding"]
