@@ -55,7 +55,14 @@ def error_outcome(flow: http.HTTPFlow) -> str:
         by_client = outcome_by_client(flow.error.msg)  # a reset stream, a flood
         if by_client is not None:
             return by_client
-    return "client_aborted" if flow.client_conn.timestamp_end is not None else "upstream_error"
+    # The client's connection has closed, or its side of it (a FIN: mitmproxy takes it for a
+    # client that wants nothing more). Its end time comes only after the flow's error hooks:
+    # every client that left mid-response was counted as the origin's error.
+    client = flow.client_conn
+    gone = (
+        client.timestamp_end is not None or not client.state & connection.ConnectionState.CAN_READ
+    )
+    return "client_aborted" if gone else "upstream_error"
 
 
 class Telemetry:
