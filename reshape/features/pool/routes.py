@@ -49,7 +49,9 @@ class Destination:
         if scheme != "https":
             return cls(scheme, host, port, None)
         sni = client_sni or (None if _is_ip(host) else host)
-        return cls(scheme, host, port, sni.lower().rstrip(".") or None if sni else None)
+        if sni:
+            sni = sni.lower().rstrip(".") or None
+        return cls(scheme, host, port, sni)
 
     @classmethod
     def of_origin(cls, origin: str) -> Destination | None:
