@@ -37,6 +37,11 @@ class PeerRefused(WireError):
 PeerFilter = Callable[[tuple[str, int]], str | None]
 
 
+def _mark_retrieved(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 class Wire(asyncio.Protocol):
     def __init__(
         self,
@@ -58,6 +63,10 @@ class Wire(asyncio.Protocol):
         self._error: Exception | None = None
         self._readable = asyncio.Event()
         self._handshake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Its failure is the connection's too (reads see the end or the error): an opener
+        # cancelled before it awaited the handshake leaves nobody to, and asyncio would log the
+        # exception unread, with a traceback.
+        self._handshake.add_done_callback(_mark_retrieved)
         self._writable = asyncio.Event()
         self._writable.set()
         self._reading_paused = False
