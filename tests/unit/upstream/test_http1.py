@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reshape.upstream.http1 import (
+    MAX_INTERIM_RESPONSES,
     BodyData,
     Event,
     Http1Error,
@@ -431,12 +432,59 @@ def test_head_size_limit_stops_a_head_that_never_ends() -> None:
 
 
 def test_head_size_limit_applies_to_each_head_and_to_trailers() -> None:
+    # The informational heads share one budget (below); the final head and the trailers have
+    # one each.
     informational = b"HTTP/1.1 103 Early Hints\r\n\r\n"
     final = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
     reader = reader_for(b"GET", max_head_size=len(final))
-    assert len(feed(reader, informational * 5, final)) == 6
+    assert len(feed(reader, informational, final)) == 2
     with pytest.raises(ProtocolError, match="trailer section larger than"):
         reader.receive_data(b"0\r\nX-Trailer: " + b"a" * len(final) + b"\r\n\r\n")
+
+
+EARLY_HINTS = b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+FINAL = OK + b"Content-Length: 0\r\n\r\n"
+
+
+@pytest.mark.parametrize("pieces", ["whole", "byte by byte"])
+def test_informational_responses_to_one_request_are_bounded_in_number(pieces: str) -> None:
+    """An origin may not make the proxy parse and hand on 1xx responses without end (200,000
+    103s cost 4.1 s of CPU): past MAX_INTERIM_RESPONSES, 100 Continue counted, the response is
+    invalid and the connection done for. Those before the error are still handed on."""
+    allowed = b"HTTP/1.1 100 Continue\r\n\r\n" + EARLY_HINTS * (MAX_INTERIM_RESPONSES - 1)
+    events = parse(allowed + FINAL)
+    assert len(events) == MAX_INTERIM_RESPONSES + 2
+    assert events[-2:] == [head(200, (b"Content-Length", b"0")), END]
+    data = allowed + EARLY_HINTS + FINAL
+    split = [data] if pieces == "whole" else [data[i : i + 1] for i in range(len(data))]
+    reader = reader_for(b"GET")
+    handed_on: list[Event] = []
+    with pytest.raises(ProtocolError, match="more than 100 informational") as raised:
+        for piece in split:
+            handed_on += reader.receive_data(piece)
+    handed_on += raised.value.events
+    assert len(handed_on) == MAX_INTERIM_RESPONSES
+    assert all(isinstance(event, InformationalResponse) for event in handed_on)
+    with pytest.raises(ProtocolError, match="closed"):
+        reader.receive_data(FINAL)
+
+
+def test_the_bound_on_informational_responses_is_each_requests() -> None:
+    one = EARLY_HINTS * MAX_INTERIM_RESPONSES + FINAL
+    events = parse(one * 3, b"GET", b"GET", b"GET")
+    assert events.count(END) == 3 and len(events) == 3 * (MAX_INTERIM_RESPONSES + 2)
+
+
+def test_informational_responses_to_one_request_are_bounded_in_bytes_together() -> None:
+    """Each 1xx head is under the head size limit by itself, but many add up: together they
+    may have as many bytes as one head (as in Go's transport), and the final head has its own."""
+    limit = 4 * len(EARLY_HINTS)
+    reader = reader_for(b"GET", b"GET", max_head_size=limit)
+    big_final = OK + b"X-A: " + b"a" * (limit - 60) + b"\r\nContent-Length: 0\r\n\r\n"
+    assert limit - 20 < len(big_final) <= limit
+    assert feed(reader, EARLY_HINTS * 4, big_final)[-1] == END
+    with pytest.raises(ProtocolError, match=f"larger than {limit} bytes together"):
+        reader.receive_data(EARLY_HINTS * 5 + FINAL)
 
 
 def test_header_line_limit() -> None:
