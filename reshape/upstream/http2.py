@@ -22,10 +22,11 @@ closed, as h2 did for the engine — but for what RFC 9113 makes a stream's erro
 connection's: a malformed response (§8.1.1: a field HTTP/2 forbids, a bad :status, DATA before
 the head, a body that does not match its content-length), a WINDOW_UPDATE of 0 or one that
 takes a stream's window above 2^31-1 (§6.9, §6.9.1), DATA beyond a stream's window (§6.9.1
-allows either; nghttp2 makes it the stream's), a PRIORITY frame of a bad length (§6.3) and a
+allows either; nghttp2 makes it the stream's), a PRIORITY frame of a bad length (§6.3), a
 response head larger than this side announced it takes (§10.5.1; the block is still decoded
-whole, as the HPACK table is the connection's).
-That stream is reset (PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR),
+whole, as the HPACK table is the connection's), and more informational (1xx) responses before
+the final one than a request may have (MAX_INTERIM_RESPONSES, and their size).
+That stream is reset (PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, ENHANCE_YOUR_CALM),
 `StreamReset.reset_here` says why, and the connection goes on serving the other streams (in a
 shared pool, other clients' requests). Frames on a stream this side has reset are dropped
 (their flow-control bytes given back), as RFC 9113 §5.4.2 allows.
@@ -46,6 +47,7 @@ from hpack import HPACKError, OversizedHeaderListError
 from hpack.hpack import Encoder
 
 from reshape.upstream.hpack_decoder import HeadDecoder
+from reshape.upstream.http1 import MAX_INTERIM_RESPONSES
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -265,6 +267,8 @@ class _Stream:
         "received_length",
         "head_request",
         "status",
+        "interims",
+        "interim_size",
     )
 
     def __init__(self, stream_id: int, send_window: int, receive_window: int) -> None:
@@ -279,6 +283,8 @@ class _Stream:
         self.received_length = 0
         self.head_request = False
         self.status = 0  # the final response's, once its head has come
+        self.interims = 0  # informational responses before the final one
+        self.interim_size = 0  # their decoded size, as RFC 7541 §4.1 counts a header list
 
 
 class ClientConnection:
@@ -772,6 +778,7 @@ class ClientConnection:
         if status < 200:
             if end_stream or status == 101:
                 raise _Malformed(f"an invalid {status} response on stream {stream_id}", stream_id)
+            self._count_interim(stream, fields)
             events.append(InformationalResponse(stream_id, status, headers))
             return
         stream.head_received = True
@@ -801,6 +808,30 @@ class ClientConnection:
         events.append(ResponseReceived(stream_id, status, headers, end_stream))
         if end_stream:
             self._remote_end(stream, events)
+
+    def _count_interim(self, stream: _Stream, fields: Sequence[tuple[bytes, bytes]]) -> None:
+        """One more informational response on `stream`: past MAX_INTERIM_RESPONSES (http1.py
+        says why that many), or past the size one head may have all together (each is under it
+        by itself, but many add up; Go's transport bounds their sum so), the stream is reset
+        with ENHANCE_YOUR_CALM, the origin's making work for nothing (RFC 9113 §7), and the
+        connection goes on."""
+        stream.interims += 1
+        stream.interim_size += sum(len(name) + len(value) + 32 for name, value in fields)
+        limit = self.decoder.max_header_list_size
+        if stream.interims > MAX_INTERIM_RESPONSES:
+            what = f"more than {MAX_INTERIM_RESPONSES} informational (1xx) responses to one request"
+        elif stream.interim_size > limit:
+            what = (
+                f"informational (1xx) responses to one request larger than {limit} bytes "
+                "together (decoded)"
+            )
+        else:
+            return
+        raise _StreamError(
+            f"{what} from the origin on stream {stream.stream_id}",
+            stream.stream_id,
+            ENHANCE_YOUR_CALM,
+        )
 
     def _receive_window_update(self, stream_id: int, payload: bytes, events: list[Event]) -> None:
         """RFC 9113 §6.9: an increment of 0 or a window above 2^31-1 is the connection's error

@@ -25,6 +25,7 @@ from reshape.upstream.http2 import (
     FRAME_SIZE_ERROR,
     MAX_CONTINUATIONS,
     MAX_EMPTY_FRAMES_IN_A_ROW,
+    MAX_INTERIM_RESPONSES,
     MAX_OWED_CONTROL_FRAMES,
     PROTOCOL_ERROR,
     STREAM_CLOSED,
@@ -226,6 +227,84 @@ def test_an_informational_response_comes_before_the_final_one() -> None:
         ResponseReceived(1, 204, [], True),
         StreamEnded(1),
     ]
+
+
+EARLY_HINTS = [(b":status", b"103"), (b"link", b"</a.css>; rel=preload")]
+
+
+@pytest.mark.parametrize("one_read", [True, False], ids=["in one read", "one read each"])
+def test_informational_responses_past_the_bound_reset_their_stream_alone(one_read: bool) -> None:
+    """Past MAX_INTERIM_RESPONSES 1xx responses on a stream (100 Continue counted), that stream
+    is reset (ENHANCE_YOUR_CALM) and its request answered with the error; the connection and
+    its other streams go on. Those before the bound are handed on."""
+    client, server = connected()
+    client.send_headers(1, HEAD, end_stream=True)
+    client.send_headers(3, HEAD, end_stream=True)
+    pump(client, server)
+    server.send_headers(1, [(b":status", b"100")])
+    sent = [server.data_to_send()]
+    for _ in range(MAX_INTERIM_RESPONSES):
+        server.send_headers(1, EARLY_HINTS)
+        sent.append(server.data_to_send())
+    events = []
+    for data in [b"".join(sent)] if one_read else sent:
+        events += client.receive_data(data)
+    informational = [e for e in events if isinstance(e, InformationalResponse)]
+    assert len(informational) == MAX_INTERIM_RESPONSES and informational[0].status == 100
+    reset = events[-1]
+    assert type(reset) is StreamReset
+    assert (reset.stream_id, reset.error_code) == (1, ENHANCE_YOUR_CALM)
+    assert "more than 100 informational (1xx) responses" in reset.reset_here
+    assert "stream 1" in reset.reset_here
+    out = client.data_to_send()
+    assert frame(3, 0, 1, struct.pack(">I", ENHANCE_YOUR_CALM)) in out and not has_goaway(out)
+    assert not client.closed and client.open_streams == 1
+    # The stream's final answer, come too late, is dropped; the other stream is answered.
+    server.send_headers(1, [(b":status", b"200")], end_stream=True)
+    server.send_headers(3, [(b":status", b"204")], end_stream=True)
+    assert client.receive_data(server.data_to_send()) == [
+        ResponseReceived(3, 204, [], True),
+        StreamEnded(3),
+    ]
+
+
+def test_the_bound_on_informational_responses_is_each_streams() -> None:
+    client, server = connected()
+    for stream_id in (1, 3):
+        client.send_headers(stream_id, HEAD, end_stream=True)
+    pump(client, server)
+    for stream_id in (1, 3):
+        for _ in range(MAX_INTERIM_RESPONSES):
+            server.send_headers(stream_id, EARLY_HINTS)
+        server.send_headers(stream_id, [(b":status", b"204")], end_stream=True)
+    events, _ = pump(client, server)
+    assert sum(isinstance(e, InformationalResponse) for e in events) == 2 * MAX_INTERIM_RESPONSES
+    assert [e for e in events if type(e) is StreamEnded] == [StreamEnded(1), StreamEnded(3)]
+    assert not any(type(e) is StreamReset for e in events)
+
+
+def test_informational_responses_are_bounded_in_size_together() -> None:
+    """Each 1xx head is under the decoder's limit (64 KB decoded) by itself, but many add up:
+    together they may be as large as one head, as in Go's transport. Sized as HPACK counts a
+    header list (RFC 7541 §4.1: name, value and 32 per field), so that a field sent once and
+    then named by its index counts each time."""
+    client = raw_client()
+    client.send_headers(1, HEAD, end_stream=True)
+    client.send_headers(3, HEAD, end_stream=True)
+    client.data_to_send()
+    encoder = Encoder()  # the origin's: after the first, each 103 names its field by its index
+    hint = [(b":status", b"103"), (b"link", b"l" * 3_000)]
+    per_head = sum(len(n) + len(v) + 32 for n, v in hint)
+    fit = client.decoder.max_header_list_size // per_head
+    assert 1 < fit < MAX_INTERIM_RESPONSES
+    data = b"".join(frame(1, 0x4, 1, encoder.encode(hint)) for _ in range(fit + 1))
+    assert len(data) < 5_000  # small on the wire
+    events = client.receive_data(data)
+    assert [type(e) for e in events] == [InformationalResponse] * fit + [StreamReset]
+    assert events[-1].error_code == ENHANCE_YOUR_CALM
+    assert "larger than 65536 bytes together" in events[-1].reset_here
+    answer = frame(1, 0x5, 3, encoder.encode([(b":status", b"204")]))
+    assert client.receive_data(answer) == [ResponseReceived(3, 204, [], True), StreamEnded(3)]
 
 
 def test_data_taken_is_given_back_once_half_a_window_is() -> None:
