@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import re
 import ssl
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -249,9 +250,12 @@ class ReadCountingH2Origin(ScriptedOrigin):
 
 
 class EarlyHintsOrigin(ScriptedOrigin):
-    """Answers every GET with a 103 Early Hints (`LINK`), then, `wait` seconds later, 200 with
-    the path as body: an origin that tells the browser what the page needs while it makes the
-    page. HTTP/2 when it offers h2 (`alpn`), else HTTP/1.1."""
+    """Answers every GET with 103 Early Hints (`LINK`), as many as its path's `hints=N` says (one
+    without), all in one write; then, `wait` seconds later, 200 with the path as body: an origin
+    that tells the browser what the page needs while it makes the page (or, with many, one that
+    floods its client with them). HTTP/2 when it offers h2 (`alpn`), else HTTP/1.1. Keeps
+    (connection number, path) of every request (`requests`) and counts the connections it has
+    open (`open`)."""
 
     LINK = b"</static/site.css>; rel=preload; as=style"
 
@@ -264,37 +268,66 @@ class EarlyHintsOrigin(ScriptedOrigin):
     ) -> None:
         super().__init__(host, tls, alpn)
         self.wait = wait
+        self.connections = 0
+        self.open = 0
+        self.requests: list[tuple[int, str]] = []
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        ssl_object = writer.get_extra_info("ssl_object")
-        if ssl_object is not None and ssl_object.selected_alpn_protocol() == "h2":
-            await self._h2(reader, writer)
-            return
+        self.connections += 1
+        self.open += 1
+        try:
+            ssl_object = writer.get_extra_info("ssl_object")
+            if ssl_object is not None and ssl_object.selected_alpn_protocol() == "h2":
+                await self._h2(self.connections, reader, writer)
+            else:
+                await self._h1(self.connections, reader, writer)
+        finally:
+            self.open -= 1
+
+    async def _h1(
+        self, number: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        hint = b"HTTP/1.1 103 Early Hints\r\nLink: " + self.LINK + b"\r\n\r\n"
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
             path = head.split(b" ")[1]
-            writer.write(b"HTTP/1.1 103 Early Hints\r\nLink: " + self.LINK + b"\r\n\r\n")
+            self.requests.append((number, path.decode()))
+            writer.write(hint * _hints_in(path))
             await writer.drain()
             await asyncio.sleep(self.wait)
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(path) + path)
             await writer.drain()
 
-    async def _h2(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _h2(
+        self, number: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         connection = h2_server(writer)
         async for event in h2_events(connection, reader, writer):
             if not isinstance(event, h2.events.RequestReceived):
                 continue
             path = dict(event.headers or [])[b":path"]
-            connection.send_headers(event.stream_id, [(b":status", b"103"), (b"link", self.LINK)])
+            self.requests.append((number, path.decode()))
+            for _ in range(_hints_in(path)):
+                connection.send_headers(
+                    event.stream_id, [(b":status", b"103"), (b"link", self.LINK)]
+                )
             writer.write(connection.data_to_send())
             await writer.drain()
             await asyncio.sleep(self.wait)
-            connection.send_headers(
-                event.stream_id,
-                [(b":status", b"200"), (b"content-length", str(len(path)).encode())],
-            )
-            connection.send_data(event.stream_id, path, end_stream=True)
+            # The client may have reset the stream meanwhile (too many 103s).
+            with contextlib.suppress(h2.exceptions.StreamClosedError):
+                connection.send_headers(
+                    event.stream_id,
+                    [(b":status", b"200"), (b"content-length", str(len(path)).encode())],
+                )
+                connection.send_data(event.stream_id, path, end_stream=True)
             writer.write(connection.data_to_send())
+
+
+def _hints_in(path: bytes) -> int:
+    """The number of 103s a request for `path` asks of EarlyHintsOrigin: `hints=N`, or 1."""
+    match = re.search(rb"[?&]hints=([0-9]+)", path)
+    return int(match[1]) if match else 1
 
 
 class DrainingH2Origin(ScriptedOrigin):
