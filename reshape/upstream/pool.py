@@ -83,10 +83,14 @@ from dataclasses import dataclass, field
 # connection opened for it, lost without an answer, is most likely the cause, and has most
 # likely been processed: it fails (502), as it would in a browser. Only the driver knows which
 # request went out first (`connection_lost(first_sent=)`). A keep-alive race (the origin
-# closed an idle connection as the request left) and requests behind a response that announced
-# its close cost no attempt: they never reached the origin. A request that goes again after an
-# unannounced loss goes on a connection that has carried nothing yet (the module docstring), so
-# the origin's other stale connections cannot use up its attempts.
+# closed an idle connection as the request left) and requests pipelined behind a response that
+# announced its close, or whose client left, cost no attempt, once per request (`_Waiter.
+# went_free`): they most likely never reached the origin's application, but they did leave,
+# and a request pipelined time after time behind such a response (an origin that closes after
+# every response, clients that leave) was sent round for ever, its queue clock starting anew
+# each time. A request that goes again after an unannounced loss goes on a connection that has
+# carried nothing yet (the module docstring), so the origin's other stale connections cannot
+# use up its attempts.
 MAX_ATTEMPTS = 2
 
 # How often a request may go again at no attempt's cost because not a byte of it left (its
@@ -315,7 +319,9 @@ class _Waiter:
     # which makes the old entry stale.
     token: int
     attempts: int = 0  # Assigns so far
-    raced: bool = False  # it had its one free retry after a keep-alive race
+    # It had its one free go after a loss that found it sent (a keep-alive race, or pipelined
+    # behind a close announced or made for a client that left; see MAX_ATTEMPTS).
+    went_free: bool = False
     unsent_goes: int = 0  # times it went again at no cost, never sent (see MAX_UNSENT_GOES)
     # Going again after its connection was lost without notice: it takes no HTTP/1.1 connection
     # with this id or lower (open at the loss) that had carried requests (`_fits`). 0: any.
@@ -668,10 +674,11 @@ class HostPool:
 
         `graceful`: the origin announced the close (`Connection: close` on its last response),
         or the driver closed it for a client that abandoned its response, so requests pipelined
-        behind were expected to go unanswered: that neither counts as an attempt nor as
-        breaking pipelining. Neither does the keep-alive race: the one request on a reused
-        HTTP/1.1 connection finding it closed by the origin (RFC 9112 §9.3.1, as browsers
-        retry it).
+        behind were expected to go unanswered: that does not count as breaking pipelining, nor
+        as an attempt the first time a request is lost so. Neither does the keep-alive race:
+        the one request on a reused HTTP/1.1 connection finding it closed by the origin (RFC
+        9112 §9.3.1, as browsers retry it). Each request has one such free go (`went_free`),
+        whichever the reason: the next such loss costs an attempt, as any other.
 
         `never_sent`: those of `unanswered` the driver never had (assigned to this connection in
         the turn it was lost, as when a refused stream's retry was given it again): they go
@@ -695,13 +702,14 @@ class HostPool:
             and len(conn.in_flight) == 1
             and conn.served > 1
             and first_sent not in lost
-            and not any(conn.in_flight[w].raced for w in lost)
+            and not any(conn.in_flight[w].went_free for w in lost)
         )
         if graceful or keep_alive_race:
             for waiter_id in lost:
                 waiter = conn.in_flight[waiter_id]
-                waiter.attempts -= 1
-                waiter.raced |= keep_alive_race
+                if not waiter.went_free:
+                    waiter.went_free = True
+                    waiter.attempts -= 1
         elif conn.proto is Proto.H1 and len(conn.in_flight) >= 2 and lost:
             self.pipelining_broken = True
         unproven = None if conn.idled_warm else first_sent

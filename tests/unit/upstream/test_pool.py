@@ -955,6 +955,44 @@ def test_the_keep_alive_race_is_free_once_per_request() -> None:
     ]
 
 
+def test_a_request_pipelined_behind_responses_whose_clients_leave_goes_free_once() -> None:
+    # Each time, request 1 is pipelined (it is the oldest waiter that no connect covers) behind
+    # the head of a busy connection, whose client then leaves: the driver closes the
+    # connection (`graceful`), and 1, written to the origin behind it, goes again. It went again
+    # at no cost every time: sent to the origin round after round, never failed (11 sends in
+    # 10 rounds), its queue clock starting anew each time. Now the first such go is free and
+    # later ones cost an attempt, as for a keep-alive race.
+    pool = make(max_connections=2, pipeline_depth=2)
+    pool.request(101, 0.0, idempotent=True)
+    pool.request(102, 0.0, idempotent=True)
+    pool.connection_ready(1, H1, 0.0)
+    pool.connection_ready(2, H1, 0.0)
+    assert pool.request(1, 0.0, idempotent=True) == [Assign(1, 1, PIPELINED, 0.0)]
+    heads = {1: 101, 2: 102}  # connection -> the request at its head
+    on, sends, newcomer = 1, 1, 200
+    outcome: Action | None = None
+    for round_ in range(10):
+        now = 1.0 + round_
+        head = heads.pop(on)
+        assert pool.request_done(on, head, now, reusable=False) == []  # its client left
+        lost = pool.connection_lost(on, now, unanswered=[1], graceful=True, first_sent=head)
+        outcome = lost[0]
+        if isinstance(outcome, Fail):
+            break
+        assert outcome == Retry(1) and not pool.pipelining_broken
+        (reopen,) = [a for a in lost if isinstance(a, Open)]
+        newcomer += 1
+        (again,) = pool.request(newcomer, now, idempotent=True)
+        assert again == Assign(1, next(iter(heads)), PIPELINED, 0.0)
+        on, sends = again.conn_id, sends + 1
+        assert pool.connection_ready(reopen.conn_id, H1, now) == [
+            Assign(newcomer, reopen.conn_id, NEW, 0.0)
+        ]
+        heads[reopen.conn_id] = newcomer
+    assert outcome == Fail(1, FailReason.RETRIES_EXHAUSTED)
+    assert sends == MAX_ATTEMPTS + 1
+
+
 def test_a_connections_first_request_lost_alone_is_no_keep_alive_race() -> None:
     # Request 2 was pipelined behind 1 and taken back; 1, the first on the wire, then finds
     # the connection lost: it most likely reached the origin.
@@ -1201,19 +1239,26 @@ def pipelined_pool() -> HostPool:
     return pool
 
 
-def test_an_announced_close_is_no_broken_pipeline_and_costs_no_attempt() -> None:
+def test_an_announced_close_is_no_broken_pipeline_and_costs_no_attempt_once() -> None:
     pool = pipelined_pool()
     pool.request_done(1, 1, 0.1, reusable=False)  # response 1 said Connection: close
+    outcomes: list[list[Action]] = []
     conn_id = 1
     for round_ in range(MAX_ATTEMPTS + 1):
         now = 1.0 + round_
         actions = pool.connection_lost(conn_id, now, unanswered=[2, 3, 4], graceful=True)
-        assert not any(isinstance(a, Fail) for a in actions)
+        outcomes.append([a for a in actions if isinstance(a, (Retry, Fail))])
+        if any(isinstance(a, Fail) for a in actions):
+            break
         (reopen,) = [a for a in actions if isinstance(a, Open)]
         conn_id = reopen.conn_id
         ready = pool.connection_ready(conn_id, H1, now)
         assert [a.waiter_id for a in ready if isinstance(a, Assign)] == [2, 3, 4]
     assert not pool.pipelining_broken
+    # The first such loss is free, the next costs an attempt: they went out each time.
+    again = [Retry(2), Retry(3), Retry(4)]
+    exhausted = [Fail(w, FailReason.RETRIES_EXHAUSTED) for w in (2, 3, 4)]
+    assert outcomes == [again] * MAX_ATTEMPTS + [exhausted]
 
 
 def test_an_unannounced_close_breaks_pipelining_for_good() -> None:
@@ -1244,8 +1289,8 @@ class ModelWaiter:
     status: str = "queued"  # queued | in_flight | unanswered | final
     requeued: bool = False
     assigns: int = 0
-    attempts: int = 0  # assigns, less those lost to an announced close
-    raced: bool = False  # had its free retry after a keep-alive race
+    attempts: int = 0  # assigns, less those that went again at no cost
+    went_free: bool = False  # had its one free go after a loss that found it sent
     sent: int = 0  # when it was last assigned, in assignment order
     # Going again after a connection lost without notice: no HTTP/1.1 connection up to this id.
     after: int = 0
@@ -1663,21 +1708,20 @@ class PoolMachine(RuleBasedStateMachine):
         # one it had, one done or unknown, or none.
         first_sent = data.draw(st.sampled_from([*sent, UNKNOWN, None]))
         # An announced close, or the keep-alive race (the one request on a reused HTTP/1.1
-        # connection finding it closed, not its first, once per request): expected, so no
-        # attempt is used up.
+        # connection finding it closed, not its first): expected, so no attempt is used up,
+        # once per request whichever the reason.
         keep_alive_race = (
             conn.proto is H1
             and len(sent) == 1
             and conn.served > 1
             and first_sent not in lost
-            and not any(self.waiters[w].raced for w in lost)
+            and not any(self.waiters[w].went_free for w in lost)
         )
-        if keep_alive_race:
-            for w in lost:
-                self.waiters[w].raced = True
         if graceful or keep_alive_race:
             for w in lost:
-                self.waiters[w].attempts -= 1
+                if not self.waiters[w].went_free:
+                    self.waiters[w].went_free = True
+                    self.waiters[w].attempts -= 1
         elif conn.proto is H1 and len(sent) >= 2 and lost:
             self.broken = True
         for w in conn.in_flight:
