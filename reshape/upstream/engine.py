@@ -601,7 +601,8 @@ class Engine:
         )
 
     def _connect_failed(self, pool: HostPool, record: ConnectionRecord, error: WireError) -> None:
-        """The pool rejects the request the connection was for, which says why."""
+        """The pool rejects the requests that were waiting for the connection (none while other
+        connects under way serve them all); each is told why."""
         actions = pool.connection_failed(record.conn_id, self.now())
         for action in actions:
             rejected = self.waiters.get(action.waiter_id) if isinstance(action, Reject) else None

@@ -588,7 +588,8 @@ class HostPool:
         return self._settle(now)
 
     def connection_failed(self, conn_id: int, now: float) -> list[Action]:
-        """Connecting (TCP or TLS) failed; the oldest waiter, the one it was for, is rejected."""
+        """Connecting (TCP or TLS) failed; the oldest waiter, the one it was for, is rejected,
+        unless the connects still under way serve every waiter (see `_connect_failed`)."""
         conn = self._conns.get(conn_id)
         if conn is None or conn.state is not ConnState.CONNECTING:
             return []
@@ -1109,13 +1110,22 @@ class HostPool:
         HTTP/2 connection was to take the whole queue and no other is up or on its way, every
         waiter. Connects to such an origin go one at a time, so rejecting one per failure made
         the last of n requests wait n connect timeouts, or the queue's, for its 502 (as Envoy
-        and Chromium do, the requests waiting on a failed connect fail with it)."""
+        and Chromium do, the requests waiting on a failed connect fail with it).
+
+        Nobody is rejected while the connects still under way serve the whole queue (rule 3's
+        count): the connection was for nobody waiting now, a warm one (`preconnect`), or one
+        whose request left or was served elsewhere. A warm connect's failure rejected the
+        oldest waiter while the connect opened for it was still under way."""
         del self._conns[conn.conn_id]
         actions: list[Action] = []
+        connecting = self._connecting_count()
+        covered: float = connecting
+        if self._expects_h2 or self._live_h2():
+            covered = math.inf if connecting else 0
         one_for_all = self._expects_h2 and not any(
             c.state is ConnState.CONNECTING or c.open_for_work for c in self._conns.values()
         )
-        while self._queue:
+        while len(self._queue) > covered:
             waiter_id, _ = self._queue.popitem(last=False)
             actions.append(Reject(waiter_id, RejectReason.CONNECT_FAILED))
             if not one_for_all:

@@ -1641,13 +1641,17 @@ class PoolMachine(RuleBasedStateMachine):
     def connection_failed(self, data: st.DataObject, as_lost: bool) -> None:
         conn_id = data.draw(st.sampled_from([c for c, x in self.conns.items() if not x.ready]))
         del self.conns[conn_id]
-        oldest = self.queue[0] if self.queue else None
         # One HTTP/2 connection was to take the whole queue, and no other is up or on its way:
-        # every waiter fails with it; otherwise the oldest.
+        # every waiter fails with it; otherwise the oldest, unless the connects still under way
+        # serve the whole queue.
         for_all = self.expects_h2() and not any(
             not x.ready or not x.draining for x in self.conns.values()
         )
+        covered: float = self.connecting()
+        if self.expects_h2() or self.live_h2():
+            covered = math.inf if self.connecting() else 0
         queued = list(self.queue)
+        oldest = queued[0] if len(queued) > covered else None
         if as_lost:
             actions = self.pool.connection_lost(conn_id, self.now, unanswered=[])
         else:
@@ -1659,7 +1663,7 @@ class PoolMachine(RuleBasedStateMachine):
             for a in actions
             if isinstance(a, Reject) and a.reason is RejectReason.CONNECT_FAILED
         ]
-        assert rejected == (queued if for_all else queued[:1])
+        assert rejected == (queued if for_all else queued[:1] if oldest is not None else [])
         self.connect_failures_allowed = len(rejected)
         self.play(actions, "connection_failed")
         self.connect_failures_allowed = 1

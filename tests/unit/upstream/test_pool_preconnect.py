@@ -16,6 +16,8 @@ from reshape.upstream.pool import (
     Open,
     PoolKey,
     Proto,
+    Reject,
+    RejectReason,
 )
 from tests.unit.upstream.test_pool import HTTPS_KEY, KEY, limits
 
@@ -116,6 +118,27 @@ def test_a_used_warm_connection_keeps_the_pool_idle_timeout() -> None:
     assert pool.tick(31.0) == [Close(1, CloseReason.IDLE_TIMEOUT)]
 
 
+def test_a_warm_connect_that_fails_rejects_nobody_another_connect_serves() -> None:
+    # A warm connection was opened for no request: its failure rejected the oldest waiter all
+    # the same, though the connect opened for that request (and another warm one) was still
+    # under way. A waiter is rejected once no connect under way is left to serve it.
+    pool = make()
+    assert pool.request(1, 0.0, idempotent=True) == [Open(1)]
+    assert pool.preconnect(2, 0.0, idle_timeout=WARM_IDLE) == [
+        Open(2, warm=True),
+        Open(3, warm=True),
+    ]
+    assert pool.connection_failed(2, 0.5) == []
+    assert pool.connection_ready(1, H1, 0.6) == [Assign(1, 1, AssignKind.NEW, 0.6)]
+    # Waiting on warm connects alone: it fails with the last of them.
+    pool = make()
+    pool.preconnect(2, 0.0, idle_timeout=WARM_IDLE)
+    assert pool.request(1, 0.1, idempotent=True) == []  # they cover it
+    assert pool.connection_failed(1, 0.5) == []
+    assert pool.connection_failed(2, 0.6) == [Reject(1, RejectReason.CONNECT_FAILED)]
+    assert pool.active_connections == 0 and pool.queued == 0
+
+
 def test_bad_arguments_are_refused() -> None:
     pool = make()
     with pytest.raises(ValueError, match="count"):
@@ -135,6 +158,7 @@ EVENTS = st.lists(
         st.tuples(st.just("preconnect"), st.integers(0, 4)),
         st.tuples(st.just("request"), st.booleans()),
         st.tuples(st.just("ready"), st.sampled_from(Proto)),
+        st.tuples(st.just("failed"), st.integers(0, 3)),
         st.tuples(st.just("done"), st.booleans()),
         st.tuples(st.just("tick"), st.floats(0.1, 5.0)),
     ),
@@ -153,7 +177,8 @@ def test_preconnect_keeps_the_pool_invariants(
     key: PoolKey, cap: int, http2: bool, events: list[tuple[str, object]]
 ) -> None:
     """Random mixes of preconnects and traffic: never above the cap, PRECONNECTED only for
-    the first request on a connection preconnect opened, warm ones expire on their timeout."""
+    the first request on a connection preconnect opened, warm ones expire on their timeout;
+    connects that fail leave no request waiting for nothing."""
     pool = HostPool(key, limits(max_connections=cap, http2=http2, idle_timeout=30.0))
     now = 0.0
     warm: set[int] = set()
@@ -161,6 +186,7 @@ def test_preconnect_keeps_the_pool_invariants(
     ready_at: dict[int, float] = {}
     served: dict[int, int] = {}
     in_flight: list[tuple[int, int]] = []
+    queued: list[int] = []
     waiter = 0
 
     def play(actions: list[Action]) -> None:
@@ -170,6 +196,7 @@ def test_preconnect_keeps_the_pool_invariants(
                 if action.warm:
                     warm.add(action.conn_id)
             elif isinstance(action, Assign):
+                queued.remove(action.waiter_id)
                 first = served.get(action.conn_id, 0) == 0
                 expected = action.conn_id in warm and first
                 assert (action.kind is AssignKind.PRECONNECTED) == expected
@@ -179,6 +206,8 @@ def test_preconnect_keeps_the_pool_invariants(
                 unused_warm = action.conn_id in warm and not served.get(action.conn_id)
                 timeout = WARM_IDLE if unused_warm else 30.0
                 assert now - ready_at[action.conn_id] >= timeout or served.get(action.conn_id)
+            elif isinstance(action, Reject):
+                queued.remove(action.waiter_id)
         assert pool.active_connections <= cap
 
     for event, arg in events:
@@ -187,6 +216,7 @@ def test_preconnect_keeps_the_pool_invariants(
             play(pool.preconnect(arg, now, idle_timeout=WARM_IDLE))
         elif event == "request":
             waiter += 1
+            queued.append(waiter)
             play(pool.request(waiter, now, idempotent=bool(arg)))
         elif event == "ready" and connecting:
             conn_id = connecting.pop(0)
@@ -194,6 +224,9 @@ def test_preconnect_keeps_the_pool_invariants(
             assert isinstance(arg, Proto)
             proto = arg if http2 or arg is H1 else H1
             play(pool.connection_ready(conn_id, proto, now, max_streams=10))
+        elif event == "failed" and connecting:
+            assert isinstance(arg, int)
+            play(pool.connection_failed(connecting.pop(arg % len(connecting)), now))
         elif event == "done" and in_flight:
             conn_id, waiter_id = in_flight.pop(0)
             play(pool.request_done(conn_id, waiter_id, now, reusable=bool(arg)))
@@ -201,3 +234,14 @@ def test_preconnect_keeps_the_pool_invariants(
             assert isinstance(arg, float)
             now += arg
             play(pool.tick(now))
+    # Every connect fails from now on, and every response ends: each request is served or
+    # rejected, none left waiting for a connect that will never come.
+    for _ in range(200):
+        if connecting:
+            play(pool.connection_failed(connecting.pop(0), now))
+        elif in_flight:
+            conn_id, waiter_id = in_flight.pop(0)
+            play(pool.request_done(conn_id, waiter_id, now, reusable=False))
+        else:
+            break
+    assert queued == [] and pool.queued == 0
