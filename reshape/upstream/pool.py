@@ -16,7 +16,8 @@ The pool serves each request from the front of its FIFO queue by the first rule 
    origin whose ALPN answer is not known yet), and beyond that one `Open` per request while
    under `max_connections`;
 4. HTTP/1.1 pipelining behind another idempotent request (the connection with the fewest in
-   flight), only for idempotent requests, only while the origin has not broken it;
+   flight), only for idempotent requests, only while the origin has not broken it (a request
+   that went unanswered behind a close: only on a connection opened since, see below);
 5. otherwise it waits, or is rejected at once if the queue is full.
 
 A request that goes again because its connection was lost without notice (see MAX_ATTEMPTS) is
@@ -27,6 +28,15 @@ next, and a second loss would fail the request. It takes a connection that has c
 yet (one being opened, or opened after the loss; not a warm one that idled) or an HTTP/2 one,
 before any other request does; when the pool is at its cap, an idle HTTP/1.1 connection is
 closed to make room for it (`CloseReason.ROOM_FOR_RETRY`).
+
+A request pipelined behind a response after which the connection closes as expected (the
+origin announced it, or a client left that response) goes again at no attempt's cost, and is
+pipelined again only on a connection opened after that close (`_Waiter.bounced_at`); short of
+one, it waits for a connection of its own, as a non-idempotent request does. Pipelined again
+anywhere, it was the oldest waiter, the first to be pipelined, and was caught behind such a
+close time after time: nginx announces one every `keepalive_requests` responses, and a
+connection that has served many is the likeliest to announce the next; a new one serves a few
+before it does.
 
 Warm connections (`preconnect`): connections opened before any request asked for them, because a
 page load is expected to need them soon. They count against `max_connections` like any other,
@@ -43,7 +53,8 @@ younger ones taking the connections being opened. To keep a steady stream of pip
 from keeping every connection busy forever (starving the non-idempotent waiter, which needs an
 idle one), each waiting non-idempotent request that no connect covers holds back one busy
 HTTP/1.1 connection from pipelining: the one with the fewest in flight. Nothing is added to a
-held-back connection, so it drains and goes to that request by rule 2.
+held-back connection, so it drains and goes to that request by rule 2. A request going again
+after a close (above) that finds no connection opened since counts as a non-idempotent one here.
 
 Clients' shares (`PoolLimits.per_client`, browser-like limits): each client with requests here
 brings that many connections to the cap, and a connection anyone can use (rules 1 and 2) serves
@@ -83,28 +94,32 @@ from dataclasses import dataclass, field
 # connection opened for it, lost without an answer, is most likely the cause, and has most
 # likely been processed: it fails (502), as it would in a browser. Only the driver knows which
 # request went out first (`connection_lost(first_sent=)`). A keep-alive race (the origin
-# closed an idle connection as the request left) and requests pipelined behind a response that
-# announced its close, or whose client left, cost no attempt, once per request (`_Waiter.
-# went_free`): they most likely never reached the origin's application, but they did leave,
-# and a request pipelined time after time behind such a response (an origin that closes after
-# every response, clients that leave) was sent round for ever, its queue clock starting anew
-# each time. A request that goes again after an unannounced loss goes on a connection that has
-# carried nothing yet (the module docstring), so the origin's other stale connections cannot
-# use up its attempts.
+# closed an idle connection as the request left) costs no attempt, once per request; nor do
+# requests pipelined behind a response that announced its close, or whose client left (they
+# most likely never reached the origin's application), up to MAX_FREE_GOES times. A request
+# that goes again after an unannounced loss goes on a connection that has carried nothing yet
+# (the module docstring), so the origin's other stale connections cannot use up its attempts.
 MAX_ATTEMPTS = 2
 
-# How often a request may go again at no attempt's cost because not a byte of it left (its
-# connection closed before the write, or an HTTP/2 one was draining or full). An origin that
-# closes every connection the moment it is accepted (an overloaded server, a balancer without
-# backends), or speaks first, sent each request round new connections for ever, the queue's
-# clock starting again each time; past this many, such a loss costs an attempt.
-MAX_UNSENT_GOES = 3
+# How often a request may go again at no attempt's cost because the origin never took it up:
+# not a byte of it left (its connection closed before the write, or an HTTP/2 one was draining
+# or full), or it was pipelined behind a response that announced its close or whose client left
+# (`connection_lost(graceful=True)`). An origin that closes every connection the moment it is
+# accepted (an overloaded server, a balancer without backends), or speaks first, sent each
+# request round new connections for ever, the queue's clock starting again each time; so did
+# one pipelined each time behind such a response (11 sends in 10 rounds in a test, never
+# failed). Past this many, such a loss costs an attempt. (Pipelined again only on a connection
+# opened since, `_Waiter.bounced_at`, a request is seldom caught so twice: behind nginx's
+# announced closes, pipelined anywhere, 68 of 1,518 were caught twice or more in a test, one
+# four times; pipelined only on new connections, one of 2,656.)
+MAX_FREE_GOES = 3
 
 
-def _refund_unsent(waiter: _Waiter) -> None:
-    """A request that never left goes again without using up an attempt, a few times."""
-    if waiter.unsent_goes < MAX_UNSENT_GOES:
-        waiter.unsent_goes += 1
+def _go_free(waiter: _Waiter) -> None:
+    """A request the origin never took up goes again without using up an attempt, a few
+    times."""
+    if waiter.free_goes < MAX_FREE_GOES:
+        waiter.free_goes += 1
         waiter.attempts -= 1
 
 
@@ -319,10 +334,12 @@ class _Waiter:
     # which makes the old entry stale.
     token: int
     attempts: int = 0  # Assigns so far
-    # It had its one free go after a loss that found it sent (a keep-alive race, or pipelined
-    # behind a close announced or made for a client that left; see MAX_ATTEMPTS).
-    went_free: bool = False
-    unsent_goes: int = 0  # times it went again at no cost, never sent (see MAX_UNSENT_GOES)
+    raced: bool = False  # it had its one free retry after a keep-alive race
+    free_goes: int = 0  # times it went again at no cost, never taken up (see MAX_FREE_GOES)
+    # It went unanswered behind a close, announced or made for a client that left, and is
+    # pipelined again only on a connection with a higher id, opened since (the module
+    # docstring says why). 0: anywhere.
+    bounced_at: int = 0
     # Going again after its connection was lost without notice: it takes no HTTP/1.1 connection
     # with this id or lower (open at the loss) that had carried requests (`_fits`). 0: any.
     after_conn: int = 0
@@ -635,7 +652,7 @@ class HostPool:
             # Not a byte of them left (a closed HTTP/1.1 connection, an HTTP/2 one draining or
             # at the origin's stream limit): going again costs them no attempt.
             for waiter_id in set(waiter_ids) & conn.in_flight.keys():
-                _refund_unsent(conn.in_flight[waiter_id])
+                _go_free(conn.in_flight[waiter_id])
         # HTTP/2 says these were not processed (REFUSED_STREAM, above a GOAWAY's last stream);
         # HTTP/1.1 requests that left (a write that failed, a pipeline behind a stalled
         # response) may have been: they cost an attempt.
@@ -676,10 +693,9 @@ class HostPool:
         `graceful`: the origin announced the close (`Connection: close` on its last response),
         or the driver closed it for a client that abandoned its response, so requests pipelined
         behind were expected to go unanswered: that does not count as breaking pipelining, nor
-        as an attempt the first time a request is lost so. Neither does the keep-alive race:
-        the one request on a reused HTTP/1.1 connection finding it closed by the origin (RFC
-        9112 §9.3.1, as browsers retry it). Each request has one such free go (`went_free`),
-        whichever the reason: the next such loss costs an attempt, as any other.
+        as an attempt, up to MAX_FREE_GOES times a request. Neither does the keep-alive race,
+        once per request: the one request on a reused HTTP/1.1 connection finding it closed by
+        the origin (RFC 9112 §9.3.1, as browsers retry it).
 
         `never_sent`: those of `unanswered` the driver never had (assigned to this connection in
         the turn it was lost, as when a refused stream's retry was given it again): they go
@@ -692,7 +708,7 @@ class HostPool:
         del self._conns[conn_id]
         unsent = [w for w in conn.in_flight if w in never_sent]
         for waiter_id in unsent:
-            _refund_unsent(conn.in_flight[waiter_id])
+            _go_free(conn.in_flight[waiter_id])
         requeued = self._take_back(conn, unsent, now, never_sent=True, fresh=not graceful)
         lost = set(unanswered) & conn.in_flight.keys()
         # The race: the one request in flight on a connection that had served others before it
@@ -703,14 +719,18 @@ class HostPool:
             and len(conn.in_flight) == 1
             and conn.served > 1
             and first_sent not in lost
-            and not any(conn.in_flight[w].went_free for w in lost)
+            and not any(conn.in_flight[w].raced for w in lost)
         )
-        if graceful or keep_alive_race:
+        if graceful:
             for waiter_id in lost:
                 waiter = conn.in_flight[waiter_id]
-                if not waiter.went_free:
-                    waiter.went_free = True
-                    waiter.attempts -= 1
+                _go_free(waiter)
+                waiter.bounced_at = self._last_conn_id
+        elif keep_alive_race:
+            for waiter_id in lost:
+                waiter = conn.in_flight[waiter_id]
+                waiter.attempts -= 1
+                waiter.raced = True
         elif conn.proto is Proto.H1 and len(conn.in_flight) >= 2 and lost:
             self.pipelining_broken = True
         unproven = None if conn.idled_warm else first_sent
@@ -972,23 +992,26 @@ class HostPool:
 
     def _pipeline(self, overflow: float, coverage: float, now: float) -> list[Action]:
         """Pipeline the `overflow` waiters that no connect covers, taking the oldest idempotent
-        ones; each uncovered non-idempotent waiter holds back one connection to drain for it."""
+        ones; each uncovered waiter that may not be pipelined (non-idempotent, or `bounced_at`
+        with no connection opened since to take it) holds back one connection to drain for
+        it."""
         if overflow <= 0 or self.pipelining_broken or self._limits.pipeline_depth < 2:
             return []
         actions: list[Action] = []
         held: set[int] = set()
-        others_passed = 0  # non-idempotent waiters passed; they take the coverage in order
+        others_passed = 0  # waiters passed that may not be pipelined; they take the coverage
         for waiter in list(self._queue.values()):
             if len(actions) >= overflow:
                 break
             if waiter.idempotent:
                 conn = self._pipeline_target(held, waiter)
-                if conn is None:
-                    if waiter.after_conn:
-                        continue  # it goes again, and only on a new connection
+                if conn is not None:
+                    actions.append(self._assign(waiter, conn, now))
+                    continue
+                if waiter.after_conn:
+                    continue  # it goes again, and only on a new connection
+                if not waiter.bounced_at:
                     break  # nobody behind can be pipelined either
-                actions.append(self._assign(waiter, conn, now))
-                continue
             if others_passed >= coverage:
                 drains_first = min(
                     (
@@ -1012,6 +1035,7 @@ class HostPool:
             and 1 <= len(c.in_flight) < self._limits.pipeline_depth
             and c.conn_id not in held
             and _fits(waiter, c)
+            and c.conn_id > waiter.bounced_at
             and all(w.idempotent for w in c.in_flight.values())
         ]
         return min(candidates, key=lambda c: (len(c.in_flight), c.conn_id), default=None)
