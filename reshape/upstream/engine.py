@@ -66,10 +66,12 @@ TIMER_SLACK = 0.001
 SLOT_WAIT_GRACE = 0.25
 # How long a new HTTP/2 connection waits for the server's SETTINGS (its stream limit).
 SETTINGS_WAIT = 1.0
-# Destinations whose protocol (h1 or h2) the engine remembers after their pool is gone, so that a
-# new pool, and a preconnect in particular, opens one connection to an h2 origin and several to
-# an HTTP/1.1 one from the start.
-REMEMBERED_PROTOCOLS = 4096
+# Destinations the engine remembers after their pool is gone (a pool goes once it holds nothing:
+# a gateway meets millions of hosts), each table the least recently learned first out: the
+# protocol each spoke (h1 or h2), so that a new pool, and a preconnect in particular, opens one
+# connection to an h2 origin and several to an HTTP/1.1 one from the start; and those that
+# broke an HTTP/1.1 pipeline, never pipelined to again while remembered.
+REMEMBERED_ORIGINS = 4096
 
 
 class QueueRejected(UpstreamError):
@@ -259,6 +261,7 @@ class ConnectionRecord:
             never_sent=untaken,
         )
         if self.pool.pipelining_broken and not broken_before:
+            self.engine.remember_pipelining_broken(self.pool.key)
             self.engine.observer.pipelining_disabled()
             if self.engine.budget is not None:  # (budget) the other workers learn it too
                 self.engine.budget.pipelining_broke(self.pool.key)
@@ -289,6 +292,7 @@ class Engine:
         # Connections per destination host, connecting ones included (for the observer).
         self._per_host: collections.Counter[PoolKey] = collections.Counter()
         self._protocols: OrderedDict[PoolKey, Proto] = OrderedDict()
+        self._pipelining_broken: OrderedDict[PoolKey, None] = OrderedDict()
         self._warming: tuple[str, str] | None = None  # labels for warm Opens being run
         # Called with the route of a request that found no pool for its destination (an origin
         # seen for the first time in a while); returns how many warm connections to open beside
@@ -307,6 +311,29 @@ class Engine:
 
     def now(self) -> float:
         return asyncio.get_running_loop().time()
+
+    def holdings(self) -> dict[str, int]:
+        """How many of each thing the engine holds: pools and what it keys by them (their
+        routes, timers, connects waiting for a slot), connections, the hosts they go to,
+        requests, tasks; and the bounded tables of what it remembers of origins. Nothing of the
+        first kind outlives its pool, which goes once it holds nothing."""
+        return {
+            "pools": len(self.pools),
+            "routes": len(self._routes),
+            "timers": len(self._timers),
+            "slot_waits": len(self._slot_waits) + len(self._slot_wait_checks),
+            "connections": len(self.connections),
+            "hosts": len(self._per_host),
+            "waiters": len(self.waiters),
+            "tasks": len(self._tasks),
+            "protocols": len(self._protocols),
+            "pipelining_broken": len(self._pipelining_broken),
+            "sessions": len(self.sessions.sessions),
+        }
+
+    def __repr__(self) -> str:
+        held = " ".join(f"{kind}={count}" for kind, count in self.holdings().items())
+        return f"<Engine {held}>"
 
     def start(self) -> None:
         """Nothing runs until a request comes: timers are set at each pool's next deadline."""
@@ -687,9 +714,22 @@ class Engine:
 
     def pipelining_broken_elsewhere(self, key: PoolKey) -> None:
         """Another worker saw `key` break a pipeline: this one stops pipelining to it too."""
+        self.remember_pipelining_broken(key)
         for pool in self.pools.values():
             if pool.key == key:
                 pool.pipelining_broken = True
+
+    def breaks_pipelining(self, key: PoolKey) -> bool:
+        """Whether `key` is known to break HTTP/1.1 pipelines: a pool of this engine's saw it
+        (and it is still remembered), or (budget) another worker did."""
+        if key in self._pipelining_broken:
+            self._pipelining_broken.move_to_end(key)
+            return True
+        return self.budget is not None and self.budget.breaks_pipelining(key)
+
+    def remember_pipelining_broken(self, key: PoolKey) -> None:
+        """`key` broke a pipeline: pools for it, now and later, do not pipeline."""
+        _remember(self._pipelining_broken, key, None)
 
     # plumbing
 
@@ -707,9 +747,7 @@ class Engine:
                 pool.learned_proto = True
                 pool.known_h2 = remembered is Proto.H2
             # What one pool learned about an origin that breaks pipelines holds for all.
-            pool.pipelining_broken = any(
-                other.pipelining_broken for other in self.pools.values() if other.key == route.key
-            ) or (self.budget is not None and self.budget.breaks_pipelining(route.key))
+            pool.pipelining_broken = self.breaks_pipelining(route.key)
         self._routes[pool] = route
         return pool
 
@@ -729,10 +767,7 @@ class Engine:
         return refused
 
     def _remember_protocol(self, key: PoolKey, proto: Proto) -> None:
-        self._protocols[key] = proto
-        self._protocols.move_to_end(key)
-        while len(self._protocols) > REMEMBERED_PROTOCOLS:
-            self._protocols.popitem(last=False)
+        _remember(self._protocols, key, proto)
         if self.budget is not None:  # (budget) the other workers learn it too
             self.budget.protocol_learned(key, proto)
 
@@ -749,8 +784,8 @@ class Engine:
 
     def _schedule(self, pool: HostPool) -> None:
         """Set the pool's timer at its next deadline (a queue or idle timeout), if it has one;
-        drop a pool with nothing left in it, unless it remembers an origin that breaks
-        pipelines."""
+        drop a pool with nothing left in it (what it learned of its origin is remembered
+        apart: `_protocols`, `_pipelining_broken`, `sessions`)."""
         deadline = pool.next_deadline()
         scheduled = self._timers.get(pool)
         if scheduled is not None and scheduled[0] == deadline:
@@ -765,15 +800,24 @@ class Engine:
             handle = asyncio.get_running_loop().call_at(when, self._deadline_passed, pool)
             self._timers[pool] = (deadline, handle)
             return
-        unused = pool.active_connections == 0 and pool.queued == 0 and pool.in_flight == 0
-        pool_id = next((i for i, p in self.pools.items() if p is pool), None) if unused else None
-        if pool_id is not None and not pool.pipelining_broken:
-            del self.pools[pool_id]
-            self._routes.pop(pool, None)
+        if pool.active_connections or pool.queued or pool.in_flight:
+            return
+        route = self._routes.get(pool)
+        if route is not None and self.pools.get(route.pool_id) is pool:
+            del self.pools[route.pool_id]
+            del self._routes[pool]
 
     def _deadline_passed(self, pool: HostPool) -> None:
         self._timers.pop(pool, None)
         self.run(pool, pool.tick(self.now()))
+
+
+def _remember[V](table: OrderedDict[PoolKey, V], key: PoolKey, value: V) -> None:
+    """Put `key` last in `table`, forgetting the first beyond REMEMBERED_ORIGINS."""
+    table[key] = value
+    table.move_to_end(key)
+    while len(table) > REMEMBERED_ORIGINS:
+        table.popitem(last=False)
 
 
 def session_key(pool: HostPool) -> tuple[PoolKey, bool]:

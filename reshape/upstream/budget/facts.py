@@ -9,7 +9,7 @@ from collections import OrderedDict
 from reshape.upstream.budget.messages import Learned
 from reshape.upstream.pool import PoolKey, Proto
 
-# As many as the engine remembers itself (reshape/upstream/engine.py REMEMBERED_PROTOCOLS).
+# As many as the engine remembers itself (reshape/upstream/engine.py REMEMBERED_ORIGINS).
 REMEMBERED = 4096
 
 
