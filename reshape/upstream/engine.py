@@ -36,6 +36,7 @@ from reshape.upstream.pool import (
     AssignKind,
     Close,
     Fail,
+    FailReason,
     HostPool,
     Open,
     PoolKey,
@@ -368,6 +369,7 @@ class Engine:
         taken: int | None = None
         retrying = False  # it went unanswered: the next Assign sends it again
         unanswered: str | None = None  # why its last attempt went unanswered
+        attempts = 0  # connections the pool gave it (a 502 says how many)
         try:
             self.run(
                 pool,
@@ -401,12 +403,14 @@ class Engine:
                     raise UpstreamError(f"could not connect to {_describe(route.key)}{reason}")
                 if isinstance(decision, Fail):
                     # The pool's reason (it will not go again), and the origin's side of it.
-                    cause = f" (the last attempt: {unanswered})" if unanswered else ""
-                    raise UpstreamError(f"{_describe(route.key)}: {decision.message}{cause}")
+                    raise UpstreamError(_failure(route.key, decision, attempts, unanswered))
                 assert isinstance(decision, Assign), decision
+                attempts += 1
                 record = self.connections.get((pool, decision.conn_id))
                 if record is None or record.upstream is None:
-                    continue  # the connection vanished meanwhile; the pool re-decides
+                    # The connection vanished meanwhile; the pool re-decides.
+                    unanswered = "connection closed before the request was sent"
+                    continue
                 taken = decision.conn_id
                 if retrying:
                     retrying = False
@@ -828,6 +832,18 @@ def session_key(pool: HostPool) -> tuple[PoolKey, bool]:
 
 def _describe(key: PoolKey) -> str:
     return f"{key.scheme}://{key.host}:{key.port}"
+
+
+def _failure(key: PoolKey, fail: Fail, attempts: int, unanswered: str | None) -> str:
+    """Why a request the pool gave up on gets a 502: the pool's reason, how often it went if
+    that is the reason, and what became of its last attempt ("http://o:80: retries exhausted
+    after 2 attempts (the last attempt: connection closed by the origin)")."""
+    text = f"{_describe(key)}: {fail.message}"
+    if fail.reason is FailReason.RETRIES_EXHAUSTED:
+        text += f" after {attempts} attempts"
+    if unanswered:
+        text += f" (the last attempt: {unanswered})"
+    return text
 
 
 def _restart(timer: asyncio.Timeout, seconds: float, stopped: bool) -> None:

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from reshape.upstream.engine import Engine, Route
-from reshape.upstream.pool import PoolKey
+from reshape.upstream.pool import MAX_ATTEMPTS, MAX_FREE_GOES, PoolKey
 from reshape.upstream.types import UpstreamError, UpstreamRequest
 from tests.support.inprocess_engine import (
     HOST,
@@ -103,3 +103,29 @@ async def test_a_client_leaving_while_its_own_connection_still_connects_leaves_n
     finally:
         await engine.stop()
         server.close()
+
+
+@pytest.mark.asyncio
+async def test_a_request_the_pool_gives_up_on_says_how_often_it_went_and_why_the_last_failed() -> (
+    None
+):
+    """Each connection the GET is handed turns out closed before it leaves (the origin closed
+    it after its one response, without saying so): it goes again, at no cost a few times, then
+    at the cost of its attempts. The 502's text said "retries exhausted" and why the last
+    attempt went unanswered, not how many there were."""
+    goes = MAX_FREE_GOES + MAX_ATTEMPTS
+    closing = DelayingOrigin(close_after_response=True)
+    async with running(limits(connections=goes), closing) as (engine, route, origin):
+        heads = await asyncio.gather(
+            *(engine.exchange(route, get(f"/0.05/prime{i}")) for i in range(goes))
+        )
+        await asyncio.sleep(0.2)  # each close is in our buffer behind its response
+        assert [await body(head) for head in heads] == [b"prime%d" % i for i in range(goes)]
+        with pytest.raises(UpstreamError) as failed:
+            await engine.exchange(route, get("/0/victim"))
+        assert str(failed.value) == (
+            f"http://{HOST}:{origin.port}: retries exhausted after {goes} attempts"
+            " (the last attempt: connection closed before the request was sent)"
+        )
+        assert origin.connections == goes  # each went to a connection it found closed
+        assert "/0/victim" not in origin.requests
