@@ -83,7 +83,8 @@ class UpstreamKnobs:
     read_timeout: float = knob(
         60.0,
         doc="Seconds an origin may stay silent once it has the whole request: before the "
-        "response head (then 504), or between body bytes (then the response is cut off). "
+        "response head (then 504; an informational 1xx response, such as 102 Processing, "
+        "is not silence), or between body bytes (then the response is cut off). "
         "While a streamed request body goes out (an upload, a gRPC stream), the time spent "
         "waiting for the client's next piece of it is not counted (the origin may be waiting "
         "for it too); waiting for the origin to take the body is.",

@@ -430,7 +430,8 @@ class Engine:
                 # hours) and starts again, whole, when a chunk comes and when the request's
                 # last byte has gone out (`UpstreamRequest.sent`). An origin that takes nothing
                 # more (its window shut, its socket full) or never answers is still timed.
-                # A pipelined request's clock starts again, whole, at its turn.
+                # A pipelined request's clock starts again, whole, at its turn, and any
+                # request's at each informational response (the origin said it is at work).
                 streamed = request.body_stream is not None
                 timer = asyncio.timeout(route.read_timeout)
                 try:
@@ -446,6 +447,7 @@ class Engine:
                             request.on_turn = functools.partial(
                                 _restart, timer, route.read_timeout, False
                             )
+                        request.on_at_work = functools.partial(_renew, timer, route.read_timeout)
                         response: UpstreamResponse = await record.upstream.exchange(
                             waiter.id, request
                         )
@@ -463,6 +465,7 @@ class Engine:
                 finally:
                     # The head has come, or never will on this attempt.
                     request.on_sent = request.on_client_wait = request.on_turn = None
+                    request.on_at_work = None
                 taken = None
                 return response
         except asyncio.CancelledError:
@@ -844,6 +847,13 @@ def _failure(key: PoolKey, fail: Fail, attempts: int, unanswered: str | None) ->
     if unanswered:
         text += f" (the last attempt: {unanswered})"
     return text
+
+
+def _renew(timer: asyncio.Timeout, seconds: float) -> None:
+    """Start `timer` again, `seconds` from now, if it runs: one stopped while the connection
+    waits for the client's next body chunk stays stopped (that time is the client's)."""
+    if not timer.expired() and timer.when() is not None:
+        timer.reschedule(asyncio.get_running_loop().time() + seconds)
 
 
 def _restart(timer: asyncio.Timeout, seconds: float, stopped: bool) -> None:

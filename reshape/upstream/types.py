@@ -112,11 +112,16 @@ class UpstreamRequest:
     on_client_wait: Callable[[bool], None] | None = None
     # Told when a pipelined request's turn comes (see `turn_came`).
     on_turn: Callable[[], None] | None = None
+    # Told of every informational response, 100 Continue included (see `interim`).
+    on_at_work: Callable[[], None] | None = None
 
     def interim(self, status: int, fields: Headers) -> None:
         """The origin sent an informational response: `on_interim` is told of every 1xx but
         100 Continue and 101 (the hop's own business). A proxy forwards them (RFC 9110 §15.2);
-        103 Early Hints is the one browsers act on."""
+        103 Early Hints is the one browsers act on. Any 1xx says the origin is at work, not
+        silent (`on_at_work`: its read timeout starts again, as 102 Processing exists for)."""
+        if self.on_at_work is not None:
+            self.on_at_work()
         if self.on_interim is not None and status not in (100, 101):
             self.on_interim(status, fields)
 

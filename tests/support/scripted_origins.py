@@ -251,7 +251,9 @@ class ReadCountingH2Origin(ScriptedOrigin):
 
 class EarlyHintsOrigin(ScriptedOrigin):
     """Answers every GET with 103 Early Hints (`LINK`), as many as its path's `hints=N` says (one
-    without), all in one write; then, `wait` seconds later, 200 with the path as body: an origin
+    without), all in one write (or one every S seconds, with `every=S` in the path: an origin
+    telling its client it is still at work, as 102 Processing does); then, `wait` seconds later,
+    200 with the path as body: an origin
     that tells the browser what the page needs while it makes the page (or, with many, one that
     floods its client with them). HTTP/2 when it offers h2 (`alpn`), else HTTP/1.1. Keeps
     (connection number, path) of every request (`requests`) and counts the connections it has
@@ -292,8 +294,11 @@ class EarlyHintsOrigin(ScriptedOrigin):
             head = await reader.readuntil(b"\r\n\r\n")
             path = head.split(b" ")[1]
             self.requests.append((number, path.decode()))
-            writer.write(hint * _hints_in(path))
-            await writer.drain()
+            every = _every_in(path)
+            for _ in range(_hints_in(path) if every else 1):
+                writer.write(hint if every else hint * _hints_in(path))
+                await writer.drain()
+                await asyncio.sleep(every)
             await asyncio.sleep(self.wait)
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(path) + path)
             await writer.drain()
@@ -307,10 +312,15 @@ class EarlyHintsOrigin(ScriptedOrigin):
                 continue
             path = dict(event.headers or [])[b":path"]
             self.requests.append((number, path.decode()))
+            every = _every_in(path)
             for _ in range(_hints_in(path)):
                 connection.send_headers(
                     event.stream_id, [(b":status", b"103"), (b"link", self.LINK)]
                 )
+                if every:
+                    writer.write(connection.data_to_send())
+                    await writer.drain()
+                    await asyncio.sleep(every)
             writer.write(connection.data_to_send())
             await writer.drain()
             await asyncio.sleep(self.wait)
@@ -322,6 +332,13 @@ class EarlyHintsOrigin(ScriptedOrigin):
                 )
                 connection.send_data(event.stream_id, path, end_stream=True)
             writer.write(connection.data_to_send())
+
+
+def _every_in(path: bytes) -> float:
+    """The seconds between the 103s a request for `path` asks of EarlyHintsOrigin: `every=S`,
+    or 0 (all at once)."""
+    match = re.search(rb"[?&]every=([0-9.]+)", path)
+    return float(match[1]) if match else 0.0
 
 
 def _hints_in(path: bytes) -> int:

@@ -66,3 +66,28 @@ def test_a_few_103s_reach_the_client_and_a_flood_of_them_is_a_502(
     while origin.open > 1 and time.monotonic() < deadline:
         time.sleep(0.02)
     assert origin.open == 1  # the HTTP/1.1 connection of the flood did not linger
+
+
+@pytest.fixture
+def impatient_proxy(start_reshape: StartProxy, tmp_path: Path) -> RunningProxy:
+    path = tmp_path / "policy.yaml"
+    path.write_text(
+        "version: 1\ndefault: p\npolicies:\n  p: {upstream: {read_timeout: 1}}\n",
+    )
+    return start_reshape(policy=path)
+
+
+def test_an_origin_that_says_it_is_at_work_is_not_silent(
+    impatient_proxy: RunningProxy, origin: EarlyHintsOrigin
+) -> None:
+    """`read_timeout` is the time an origin may stay silent: a 1xx every 0.5 s for 2.5 s, and
+    its final answer after, is not a 504 at 1 s (as 102 Processing exists to prevent). The
+    bound on their number still ends an origin that never stops."""
+    slow = h2_get(impatient_proxy, origin, "/slow?hints=5&every=0.5", {})
+    assert (slow.status, slow.body, slow.informational) == (
+        200,
+        b"/slow?hints=5&every=0.5",
+        [HINT] * 5,
+    )
+    silent = h2_get(impatient_proxy, origin, "/silent?hints=1&every=1.5", {})
+    assert silent.status == 504, silent
