@@ -33,18 +33,24 @@ def client_context(trust_bundle: Path | None, alpn: list[str]) -> ssl.SSLContext
 
 @dataclass
 class SessionCache:
-    """The last TLS session per destination, so the next connection skips a full handshake."""
+    """The last TLS session per destination, so the next connection skips a full handshake;
+    past `limit` destinations, the least recently used goes (an origin in constant use, its
+    session first stored long ago, went first)."""
 
     sessions: dict[object, ssl.SSLSession] = field(default_factory=dict)
     limit: int = 10_000
 
     def get(self, key: object) -> ssl.SSLSession | None:
-        return self.sessions.get(key)
+        session = self.sessions.pop(key, None)
+        if session is not None:
+            self.sessions[key] = session  # last: the most recently used
+        return session
 
     def put(self, key: object, session: ssl.SSLSession | None) -> None:
         if session is None:
             return
-        if key not in self.sessions and len(self.sessions) >= self.limit:
+        self.sessions.pop(key, None)
+        if len(self.sessions) >= self.limit:
             self.sessions.pop(next(iter(self.sessions)))
         self.sessions[key] = session
 

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from labkit.pki import OriginPKI
-from reshape.upstream.tls import ALPN_H1, ALPN_H2, TlsClient, TlsError, client_context
+from reshape.upstream.tls import (
+    ALPN_H1,
+    ALPN_H2,
+    SessionCache,
+    TlsClient,
+    TlsError,
+    client_context,
+)
 
 
 def server_context(pki: OriginPKI, alpn: list[str]) -> ssl.SSLContext:
@@ -53,6 +60,22 @@ def test_verifies_negotiates_alpn_and_resumes(pki: OriginPKI) -> None:
     second = TlsClient(context, "origin.test", session=first.session)
     handshake(second, server_ctx)
     assert second.session_reused
+
+
+def test_the_session_cache_lets_the_least_recently_used_go(pki: OriginPKI) -> None:
+    client = TlsClient(client_context(pki.ca_cert_path, [ALPN_H1]), "origin.test")
+    handshake(client, server_context(pki, [ALPN_H1]))
+    session = client.session
+    assert session is not None
+    cache = SessionCache(limit=2)
+    cache.put("busy", session)  # stored first, and used on
+    cache.put("once", session)
+    assert cache.get("busy") is session
+    cache.put("new", session)
+    assert list(cache.sessions) == ["busy", "new"]
+    cache.put("busy", session)  # stored again: the most recent
+    cache.put("newer", session)
+    assert list(cache.sessions) == ["busy", "newer"]
 
 
 def test_ip_address_names_verify_against_ip_sans(pki: OriginPKI) -> None:
