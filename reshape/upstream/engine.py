@@ -405,12 +405,12 @@ class Engine:
                     # The pool's reason (it will not go again), and the origin's side of it.
                     raise UpstreamError(_failure(route.key, decision, attempts, unanswered))
                 assert isinstance(decision, Assign), decision
-                attempts += 1
                 record = self.connections.get((pool, decision.conn_id))
                 if record is None or record.upstream is None:
                     # The connection vanished meanwhile; the pool re-decides.
                     unanswered = "connection closed before the request was sent"
                     continue
+                attempts += 1  # taken up by a connection (the 502 counts those)
                 taken = decision.conn_id
                 if retrying:
                     retrying = False

@@ -31,11 +31,13 @@ MAX_BODY_LENGTH = 2**63 - 1
 # an origin's 200,000 103s cost the proxy 4.1 s of CPU (~20 us each) and held up other clients.
 # Go's transport allowed 5 (`max1xxResponses`) until that broke servers reporting an upload's
 # progress in 104s (golang/go#65035; it bounds their bytes instead now, as `max_head_size` does
-# here too); CPython's http.client (gh-150743) and Ruby's net/http allow 100. A proxy must forward
-# 1xx responses (RFC 9110 §15.2), so the bound leaves room: a few 103s and a 100, or a 102 a
-# second until the read timeout (60 s by default; a 1xx does not restart it), and costs ~2 ms of
-# CPU at most. What it refuses: a server's 102 every 30 s through an upload of over 50 minutes
-# (neon's bound, 128, met one), a price for keeping each request's cost small.
+# here too); CPython's http.client (`_MAXINTERIMRESPONSES`) and Ruby's net/http allow 100. A
+# proxy must forward 1xx responses (RFC 9110 §15.2), so the bound leaves room (a few 103s and a
+# 100) and costs ~2 ms of CPU at most. Each 1xx starts the read timeout again (the origin said
+# it is at work: reshape/upstream/engine.py `_renew`), so this bound is also what ends an origin
+# that says so for ever: 100 × `read_timeout` at most. What it refuses: a server's 102 every 30
+# s through an upload of over 50 minutes (neon's bound, 128, met one), a price for keeping each
+# request's cost small.
 MAX_INTERIM_RESPONSES = 100
 
 # RFC 9110 §5.6.2: tchar.

@@ -1139,7 +1139,9 @@ class HostPool:
         Nobody is rejected while the connects still under way serve the whole queue (rule 3's
         count): the connection was for nobody waiting now, a warm one (`preconnect`), or one
         whose request left or was served elsewhere. A warm connect's failure rejected the
-        oldest waiter while the connect opened for it was still under way."""
+        oldest waiter while the connect opened for it was still under way. (With nothing
+        connecting, the oldest waiter is rejected even if a live HTTP/2 connection at its
+        stream limit would serve it later, as before.)"""
         del self._conns[conn.conn_id]
         actions: list[Action] = []
         connecting = self._connecting_count()
