@@ -224,6 +224,8 @@ class CloseReason(enum.Enum):
     SERVER_CLOSED = "server_closed"  # the server closed it while the pool thought it idle
     # idle HTTP/1.1, at the cap, and a request going again after a loss needs a new connection
     ROOM_FOR_RETRY = "room_for_retry"
+    # HTTP/1.1: it carries as many requests as its origin said it takes (`Keep-Alive: max`)
+    REQUEST_LIMIT = "request_limit"
 
 
 @dataclass(frozen=True)
@@ -364,6 +366,10 @@ class _Connection:
     # A warm connection whose first request found it idle a while (not one taken the moment it
     # came up): proven, as Chromium's UNUSED_IDLE sockets are.
     idled_warm: bool = False
+    # HTTP/1.1, what its origin said (`Keep-Alive`, reshape/upstream/keep_alive.py): how long it
+    # may stay idle, and how many requests it still takes (None: not said).
+    origin_idle_timeout: float | None = None
+    takes: int | None = None
 
     def move(self, event: ConnEvent) -> None:
         try:
@@ -401,6 +407,8 @@ class _Connection:
     def idle_timeout(self, limits: PoolLimits) -> float:
         if self.warm_idle_timeout is not None and self.served == 0:
             return self.warm_idle_timeout
+        if self.origin_idle_timeout is not None:
+            return min(limits.idle_timeout, self.origin_idle_timeout)
         return limits.idle_timeout
 
     @property
@@ -427,6 +435,10 @@ class HostPool:
         self.known_h2 = False  # the last connection that came up spoke h2
         self.learned_proto = False  # a connection has come up, so known_h2 means something
         self.pipelining_broken = False  # sticky: this origin mangled a pipeline once
+        # HTTP/1.1: how many requests the origin takes on a connection, as the latest of its
+        # statements (`Keep-Alive: max`) implies; a new connection takes no more. None: never
+        # said.
+        self.requests_per_connection: int | None = None
         # (budget) While other workers wait for slots of the cap they share with this pool: a
         # cap below the limits' (set_ceiling), and connections to close once idle a while (lend).
         self._ceiling: int | None = None
@@ -599,6 +611,8 @@ class HostPool:
         conn.move(ConnEvent.UP)
         conn.proto = proto
         conn.max_streams = max_streams if proto is Proto.H2 else 1
+        if proto is Proto.H1:
+            conn.takes = self.requests_per_connection
         conn.idle_since = now
         self.known_h2 = proto is Proto.H2
         self.learned_proto = True
@@ -613,14 +627,36 @@ class HostPool:
         return self._connect_failed(conn, now)
 
     def request_done(
-        self, conn_id: int, waiter_id: int, now: float, *, reusable: bool
+        self,
+        conn_id: int,
+        waiter_id: int,
+        now: float,
+        *,
+        reusable: bool,
+        idle_timeout: float | None = None,
+        takes: int | None = None,
     ) -> list[Action]:
-        """The response ended; `reusable=False`: the connection takes nothing more."""
+        """The response ended; `reusable=False`: the connection takes nothing more. What the
+        origin said with it (HTTP/1.1's `Keep-Alive`): `idle_timeout`, how long the connection
+        may stay idle (it closes sooner than the policy's idle timeout, never later), and
+        `takes`, how many requests the origin takes on it after this one: those pipelined
+        behind it count, and once they are all assigned it takes nothing more
+        (`CloseReason.REQUEST_LIMIT`). With the responses it has carried, `takes` also says
+        how many requests a connection to this origin carries (`requests_per_connection`),
+        which the next connections take as their bound from the start: they would otherwise
+        pipeline past it before their first answer said so."""
         conn = self._conns.get(conn_id)
         if conn is None or conn.in_flight.pop(waiter_id, None) is None:
             return []
         del self._assigned[waiter_id]
         conn.ended()
+        if idle_timeout is not None:
+            conn.origin_idle_timeout = idle_timeout
+        if takes is not None:
+            conn.takes = takes - len(conn.in_flight)
+            self.requests_per_connection = conn.served - len(conn.in_flight) + takes
+            if conn.takes <= 0 and reusable:
+                conn.drain(CloseReason.REQUEST_LIMIT)
         if not reusable:
             conn.drain(CloseReason.NOT_REUSABLE)
         if not conn.in_flight:
@@ -1080,6 +1116,10 @@ class HostPool:
         conn.move(ConnEvent.ASSIGNED)
         conn.in_flight[waiter.waiter_id] = waiter
         conn.served += 1
+        if conn.takes is not None:
+            conn.takes -= 1
+            if conn.takes <= 0:
+                conn.drain(CloseReason.REQUEST_LIMIT)
         waiter.attempts += 1
         self._assigned[waiter.waiter_id] = conn
         return Assign(waiter.waiter_id, conn.conn_id, kind, now - waiter.enqueued_at)

@@ -458,6 +458,51 @@ def test_an_expired_connection_is_never_handed_out() -> None:
     assert pool.request(2, 40.0, idempotent=True) == [Close(1, CloseReason.IDLE_TIMEOUT), Open(2)]
 
 
+def test_an_origins_keep_alive_timeout_closes_the_idle_connection_first() -> None:
+    # Apache's `Keep-Alive: timeout=5`: the pool's side closes at 4 s (keep_alive.py's
+    # margin), before the origin's close could race a request; a request at 4 s opens anew.
+    pool = make(idle_timeout=30.0)
+    pool.request(1, 0.0, idempotent=False)
+    pool.connection_ready(1, H1, 0.0)
+    assert pool.request_done(1, 1, 1.0, reusable=True, idle_timeout=4.0) == []
+    assert pool.next_deadline() == 5.0
+    assert pool.request(2, 5.0, idempotent=False) == [
+        Close(1, CloseReason.IDLE_TIMEOUT),
+        Open(2),
+    ]
+    # Never later than the policy's own idle timeout.
+    pool.connection_ready(2, H1, 5.0)
+    pool.request_done(2, 2, 6.0, reusable=True, idle_timeout=3600.0)
+    assert pool.next_deadline() == 36.0
+
+
+def test_a_connection_carries_no_more_requests_than_its_origin_takes() -> None:
+    pool = make(max_connections=2, pipeline_depth=4)
+    busy_h1(pool, 2)
+    assert pool.request(1, 0.0, idempotent=True) == [Assign(1, 1, PIPELINED, 0.0)]
+    # The origin takes two more after 101 on connection 1: request 1 and one other.
+    assert pool.request_done(1, 101, 1.0, reusable=True, takes=2) == []
+    assert pool.request(2, 1.0, idempotent=True) == [Assign(2, 1, PIPELINED, 0.0)]
+    # Connection 1 takes nothing more: 3 is pipelined on connection 2, though 1 has room.
+    assert pool.request(3, 1.0, idempotent=True) == [Assign(3, 2, PIPELINED, 0.0)]
+    pool.request_done(1, 1, 2.0, reusable=True, takes=1)
+    assert pool.request_done(1, 2, 2.0, reusable=True, takes=0) == [
+        Close(1, CloseReason.REQUEST_LIMIT)
+    ]
+    # Its slot of the cap is free for a new connection, not a request the origin would drop.
+    assert pool.request(4, 2.0, idempotent=False) == [Open(3)]
+
+
+def test_an_idle_connection_its_origin_takes_nothing_more_on_closes() -> None:
+    pool = make()
+    pool.request(1, 0.0, idempotent=True)
+    pool.connection_ready(1, H1, 0.0)
+    assert pool.request_done(1, 1, 1.0, reusable=True, takes=0) == [
+        Close(1, CloseReason.REQUEST_LIMIT)
+    ]
+    assert pool.request(2, 1.0, idempotent=True) == [Open(2)]
+
+
 def test_an_idle_connection_closed_by_the_server_is_dropped() -> None:
     pool = make()
     pool.request(1, 0.0, idempotent=True)
@@ -1306,6 +1351,14 @@ class ModelConn:
     served: int = 0
     draining: bool = False
     idle_since: float = 0.0
+    # HTTP/1.1, what its origin said (Keep-Alive): how long it may idle, the requests it takes
+    origin_idle: float | None = None
+    takes: int | None = None
+
+    def idle_timeout(self, limits: PoolLimits) -> float:
+        if self.origin_idle is None:
+            return limits.idle_timeout
+        return min(limits.idle_timeout, self.origin_idle)
 
 
 @dataclass
@@ -1355,6 +1408,7 @@ class PoolMachine(RuleBasedStateMachine):
         self.last_conn = 0
         self.broken = False
         self.known_h2 = False
+        self.requests_per_connection: int | None = None  # what the origin said (Keep-Alive)
         self.learned_proto = False
         self.connect_failures_allowed = 1
         self.assignments = 0
@@ -1547,6 +1601,10 @@ class PoolMachine(RuleBasedStateMachine):
                 waiter.sent = self.assignments
                 conn.in_flight.append(action.waiter_id)
                 conn.served += 1
+                if conn.takes is not None:  # never past what the origin said it takes
+                    assert conn.takes > 0
+                    conn.takes -= 1
+                    conn.draining |= conn.takes == 0
             elif isinstance(action, Reject):
                 waiter = self.waiters[action.waiter_id]
                 assert waiter.status == "queued"
@@ -1571,7 +1629,7 @@ class PoolMachine(RuleBasedStateMachine):
                     continue
                 assert conn.ready and not conn.in_flight  # never close a busy connection
                 if action.reason is CloseReason.IDLE_TIMEOUT:
-                    assert self.now - conn.idle_since >= self.limits.idle_timeout
+                    assert self.now - conn.idle_since >= conn.idle_timeout(self.limits)
                 elif action.reason is CloseReason.OVER_LIMIT:
                     assert len(self.conns) + 1 > self.cap()
                 elif action.reason is CloseReason.NEEDED_ELSEWHERE:
@@ -1668,6 +1726,7 @@ class PoolMachine(RuleBasedStateMachine):
         conn = self.conns[conn_id]
         conn.ready, conn.proto, conn.idle_since = True, proto, self.now
         conn.max_streams = max_streams if proto is H2 else 1
+        conn.takes = self.requests_per_connection if proto is H1 else None
         self.known_h2 = proto is H2
         self.learned_proto = True
         actions = self.pool.connection_ready(conn_id, proto, self.now, max_streams=max_streams)
@@ -1711,21 +1770,46 @@ class PoolMachine(RuleBasedStateMachine):
         self.play(actions, "connection_failed")
         self.connect_failures_allowed = 1
 
-    def _done(self, conn_id: int, waiter_id: int, reusable: bool) -> None:
+    def _done(
+        self,
+        conn_id: int,
+        waiter_id: int,
+        reusable: bool,
+        *,
+        idle_timeout: float | None = None,
+        takes: int | None = None,
+    ) -> None:
         conn = self.conns[conn_id]
         conn.in_flight.remove(waiter_id)
         self.waiters[waiter_id].status = "final"
         conn.draining |= not reusable
+        if idle_timeout is not None:
+            conn.origin_idle = idle_timeout
+        if takes is not None:
+            conn.takes = takes - len(conn.in_flight)  # those pipelined behind it count
+            conn.draining |= conn.takes <= 0
+            self.requests_per_connection = conn.served - len(conn.in_flight) + takes
         if not conn.in_flight:
             conn.idle_since = self.now
-        actions = self.pool.request_done(conn_id, waiter_id, self.now, reusable=reusable)
+        actions = self.pool.request_done(
+            conn_id, waiter_id, self.now, reusable=reusable, idle_timeout=idle_timeout, takes=takes
+        )
         self.play(actions, "request_done")
 
     @precondition(lambda self: self.in_flight_pairs())
-    @rule(data=st.data(), reusable=st.booleans())
-    def request_done(self, data: st.DataObject, reusable: bool) -> None:
+    @rule(
+        data=st.data(),
+        reusable=st.booleans(),
+        idle_timeout=st.none() | st.sampled_from([0.5, 2.0, 60.0]),
+        takes=st.none() | st.integers(0, 4),
+    )
+    def request_done(
+        self, data: st.DataObject, reusable: bool, idle_timeout: float | None, takes: int | None
+    ) -> None:
         conn_id, waiter_id = data.draw(st.sampled_from(self.in_flight_pairs()))
-        self._done(conn_id, waiter_id, reusable)
+        if self.conns[conn_id].proto is not H1:  # only HTTP/1.1 origins say so (Keep-Alive)
+            idle_timeout = takes = None
+        self._done(conn_id, waiter_id, reusable, idle_timeout=idle_timeout, takes=takes)
 
     def _draw_unanswered(self, data: st.DataObject, conn: ModelConn) -> list[int]:
         if conn.proto is H1:  # responses come in order: the unanswered are a suffix
@@ -1960,11 +2044,12 @@ class PoolMachine(RuleBasedStateMachine):
         assert pool.active_connections == len(self.conns)
         assert pool.in_flight == len(self.in_flight_pairs())
         assert pool.pipelining_broken == self.broken
+        assert pool.requests_per_connection == self.requests_per_connection
         assert list(pool._queue) == self.queue
         deadlines = [
             self.waiters[w].enqueued_at + self.limits.queue_timeout for w in self.queue
         ] + [
-            c.idle_since + self.limits.idle_timeout
+            c.idle_since + c.idle_timeout(self.limits)
             for c in self.conns.values()
             if c.ready and not c.in_flight
         ]
