@@ -206,11 +206,29 @@ class ConnectionRecord:
 
     # ConnectionListener
 
-    def request_done(self, waiter_id: int, reusable: bool) -> None:
+    def request_done(
+        self,
+        waiter_id: int,
+        reusable: bool,
+        *,
+        idle_timeout: float | None = None,
+        takes: int | None = None,
+    ) -> None:
         self.engine.run(
             self.pool,
-            self.pool.request_done(self.conn_id, waiter_id, self.engine.now(), reusable=reusable),
+            self.pool.request_done(
+                self.conn_id,
+                waiter_id,
+                self.engine.now(),
+                reusable=reusable,
+                idle_timeout=idle_timeout,
+                takes=takes,
+            ),
         )
+        if takes is not None and self.pool.requests_per_connection is not None:
+            self.engine.remember_requests_per_connection(
+                self.pool.key, self.pool.requests_per_connection
+            )
 
     def unanswered(self, waiter_ids: list[int], *, never_sent: bool = False) -> None:
         self.engine.run(
@@ -294,6 +312,8 @@ class Engine:
         self._per_host: collections.Counter[PoolKey] = collections.Counter()
         self._protocols: OrderedDict[PoolKey, Proto] = OrderedDict()
         self._pipelining_broken: OrderedDict[PoolKey, None] = OrderedDict()
+        # HTTP/1.1 origins' requests per connection, as they said (`HostPool`'s).
+        self._requests_per_connection: OrderedDict[PoolKey, int] = OrderedDict()
         self._warming: tuple[str, str] | None = None  # labels for warm Opens being run
         # Called with the route of a request that found no pool for its destination (an origin
         # seen for the first time in a while); returns how many warm connections to open beside
@@ -329,6 +349,7 @@ class Engine:
             "tasks": len(self._tasks),
             "protocols": len(self._protocols),
             "pipelining_broken": len(self._pipelining_broken),
+            "requests_per_connection": len(self._requests_per_connection),
             "sessions": len(self.sessions.sessions),
         }
 
@@ -738,6 +759,11 @@ class Engine:
         """`key` broke a pipeline: pools for it, now and later, do not pipeline."""
         _remember(self._pipelining_broken, key, None)
 
+    def remember_requests_per_connection(self, key: PoolKey, count: int) -> None:
+        """`key` said how many requests it takes on a connection: later pools for it start
+        with it (a pool goes once it holds nothing)."""
+        _remember(self._requests_per_connection, key, count)
+
     # plumbing
 
     def _pool(self, route: Route) -> HostPool:
@@ -755,6 +781,7 @@ class Engine:
                 pool.known_h2 = remembered is Proto.H2
             # What one pool learned about an origin that breaks pipelines holds for all.
             pool.pipelining_broken = self.breaks_pipelining(route.key)
+            pool.requests_per_connection = self._requests_per_connection.get(route.key)
         self._routes[pool] = route
         return pool
 
@@ -792,7 +819,7 @@ class Engine:
     def _schedule(self, pool: HostPool) -> None:
         """Set the pool's timer at its next deadline (a queue or idle timeout), if it has one;
         drop a pool with nothing left in it (what it learned of its origin is remembered
-        apart: `_protocols`, `_pipelining_broken`, `sessions`)."""
+        apart: `_protocols`, `_pipelining_broken`, `_requests_per_connection`, `sessions`)."""
         deadline = pool.next_deadline()
         scheduled = self._timers.get(pool)
         if scheduled is not None and scheduled[0] == deadline:

@@ -13,7 +13,7 @@ import contextlib
 import itertools
 import logging
 
-from reshape.upstream import http1
+from reshape.upstream import http1, keep_alive
 from reshape.upstream.body_reader import BodyAbandoned, BodyReader
 from reshape.upstream.types import (
     ConnectionListener,
@@ -109,6 +109,7 @@ class H1Upstream:
         self._lost_reported = False
         self.requests_sent = 0
         self.first_sent: int | None = None  # the waiter whose request went out first
+        self._terms = keep_alive.Terms()  # what the origin says of the connection's life
         self._broken: UpstreamError | None = None
         wire.on_close = self._closed_while_idle
         wire.on_idle_data = self._out_of_turn
@@ -137,7 +138,12 @@ class H1Upstream:
         response.request = request
         # Framing is this hop's own: the client's Content-Length / Transfer-Encoding never pass.
         # An HTTP/2 client's cookie crumbs go as one field, joined with "; " (RFC 9113 §8.2.3).
-        headers: list[tuple[bytes, bytes]] = [(b"Host", request.authority)]
+        # `Connection: keep-alive`, as browsers send it: Apache states its keep-alive terms
+        # (the `Keep-Alive` field, reshape/upstream/keep_alive.py) only to a request that does.
+        headers: list[tuple[bytes, bytes]] = [
+            (b"Host", request.authority),
+            (b"Connection", b"keep-alive"),
+        ]
         cookies: list[bytes] = []
         cookie_name = b""
         for name, value in request.headers:
@@ -400,7 +406,13 @@ class H1Upstream:
             return
         else:
             self.wire.on_idle_data = self._out_of_turn
-        self.listener.request_done(response.waiter_id, reusable)
+        if reusable:
+            idle_timeout, takes = self._terms.response(response.headers)
+            self.listener.request_done(
+                response.waiter_id, reusable, idle_timeout=idle_timeout, takes=takes
+            )
+        else:
+            self.listener.request_done(response.waiter_id, reusable)
         if kept and self._broken is not None:
             # The next response was invalid: those behind this one get what arrived before the
             # error, then the error (_poll), and the connection goes.

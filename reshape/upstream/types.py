@@ -177,8 +177,18 @@ class UpstreamResponse(Protocol):
 class ConnectionListener(Protocol):
     """What an upstream connection reports, as it happens, to whoever keeps the books (the pool)."""
 
-    def request_done(self, waiter_id: int, reusable: bool) -> None:
-        """The response ended (or was abandoned); `reusable` False: take no more on this one."""
+    def request_done(
+        self,
+        waiter_id: int,
+        reusable: bool,
+        *,
+        idle_timeout: float | None = None,
+        takes: int | None = None,
+    ) -> None:
+        """The response ended (or was abandoned); `reusable` False: take no more on this one.
+        HTTP/1.1, what the origin said of the connection (reshape/upstream/keep_alive.py):
+        `idle_timeout`, how long it may stay idle now; `takes`, how many more requests the
+        origin takes on it (None: not said)."""
 
     def unanswered(self, waiter_ids: list[int], *, never_sent: bool = False) -> None:
         """These requests got no response byte and were not processed: send them elsewhere.

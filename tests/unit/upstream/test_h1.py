@@ -20,6 +20,7 @@ class Books:
 
     def __init__(self) -> None:
         self.told: list[tuple[object, ...]] = []
+        self.terms: list[tuple[float | None, int | None]] = []  # each request_done's
 
     def out_of_turn(self) -> None:
         self.told.append(("out of turn",))
@@ -27,8 +28,16 @@ class Books:
     def unanswered(self, waiter_ids: list[int], *, never_sent: bool = False) -> None:
         self.told.append(("unanswered", list(waiter_ids), never_sent))
 
-    def request_done(self, waiter_id: int, reusable: bool) -> None:
+    def request_done(
+        self,
+        waiter_id: int,
+        reusable: bool,
+        *,
+        idle_timeout: float | None = None,
+        takes: int | None = None,
+    ) -> None:
         self.told.append(("done", waiter_id, reusable))
+        self.terms.append((idle_timeout, takes))
 
     def lost(self, answered: list[int], **kwargs: object) -> None:
         self.told.append(("lost", list(answered)))
@@ -181,3 +190,23 @@ async def test_an_http2_clients_cookie_crumbs_reach_an_http1_origin_as_one_field
         b"cookie: a=1; b=2; c=3"
     ]
     assert b"accept: */*" in head
+
+
+async def test_the_origins_keep_alive_terms_reach_the_pool_with_each_response() -> None:
+    """What an origin says of the connection (reshape/upstream/keep_alive.py) goes to the pool
+    with each response that keeps it; and each request says `Connection: keep-alive`, as
+    browsers do, without which Apache states no terms."""
+    link = Link()
+    first, second = link.exchange(1, request(b"GET")), link.exchange(2, request(b"POST"))
+    await asyncio.sleep(0)
+    assert all(b"\r\nConnection: keep-alive\r\n" in write for write in link.transport.writes)
+    apache = b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5, max=%d\r\nContent-Length: 2\r\n\r\nok"
+    await link.answer(apache % 100 + apache % 99)
+    assert await body_of(await first) == b"ok"
+    assert await body_of(await second) == b"ok"
+    assert link.books.told == [("done", 1, True), ("done", 2, True)]
+    assert link.books.terms == [(4.0, 99), (4.0, 99)]
+    third = link.exchange(3, request(b"GET"))
+    await link.answer(OK)  # no terms: nothing said
+    assert await body_of(await third) == b"ok"
+    assert link.books.terms[-1] == (None, None)
