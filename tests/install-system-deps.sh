@@ -14,6 +14,7 @@ declare -A wanted=(
   [npm]=npm
   [go]=golang-go
   [htpasswd]=apache2-utils
+  [apache2]=apache2
   [logrotate]=logrotate
   [slapd]=slapd
 )
@@ -33,5 +34,13 @@ fi
 echo "install-system-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
+# Debian starts the services it installs (apache2, nginx on :80); the tests run their own
+# instances, so policy-rc.d's exit 101 forbids that for this install (when none is there).
+policy=/usr/sbin/policy-rc.d
+if [[ ! -e $policy ]]; then
+  printf '#!/bin/sh\nexit 101\n' >"$policy"
+  chmod 755 "$policy"
+  trap 'rm -f "$policy"' EXIT
+fi
 # tshark asks whether non-root users may capture; the default answer is fine.
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
