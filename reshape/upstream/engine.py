@@ -35,6 +35,7 @@ from reshape.upstream.pool import (
     Assign,
     AssignKind,
     Close,
+    CloseReason,
     Fail,
     FailReason,
     HostPool,
@@ -73,6 +74,10 @@ SETTINGS_WAIT = 1.0
 # connection to an h2 origin and several to an HTTP/1.1 one from the start; and those that
 # broke an HTTP/1.1 pipeline, never pipelined to again while remembered.
 REMEMBERED_ORIGINS = 4096
+# Why a connection ended that the pool did not close: the origin closed it (an announced close
+# the pool had not acted on yet, its keep-alive timeout unannounced), or it broke (a reset, a
+# protocol error, a timeout); the pool's own reasons are `CloseReason`'s.
+LOST = "lost"
 
 
 class QueueRejected(UpstreamError):
@@ -203,6 +208,8 @@ class ConnectionRecord:
         self.warm_used = False
         # (budget) The pool whose slot of the cap shared with other workers this one holds.
         self.slot: PoolId | None = None
+        self.opened = False  # it came up (counted opened, and closed when it goes)
+        self.closed_for: CloseReason | None = None  # the pool closed it, for this reason
 
     # ConnectionListener
 
@@ -550,6 +557,8 @@ class Engine:
                 )
             elif isinstance(action, Close):
                 closing = self.connections.get((pool, action.conn_id))
+                if closing is not None and closing.closed_for is None:
+                    closing.closed_for = action.reason
                 if closing is not None and closing.upstream is not None:
                     closing.upstream.close()
                 elif closing is not None and closing.connect_task is not None:
@@ -581,6 +590,9 @@ class Engine:
             self._connections_changed()
             if record.warm_for is not None and not record.warm_used:
                 self.observer.preconnect_finished(record.warm_for, False)
+            if record.opened:
+                reason = record.closed_for.value if record.closed_for is not None else LOST
+                self.observer.connection_closed(reason)
         if record.slot is not None and self.budget is not None:
             self.budget.release(record.slot)  # (budget) its slot of the shared cap goes back
             record.slot = None
@@ -644,6 +656,7 @@ class Engine:
             stall = route.pipeline_stall_timeout if route is not None else 2.0
             record.upstream = H1Upstream(wire, record, stall_timeout=stall)
             proto, max_streams = Proto.H1, 1
+        record.opened = True
         self.observer.connection_opened(
             proto.value, tls.session_reused if tls is not None else None
         )

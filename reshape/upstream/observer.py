@@ -35,6 +35,10 @@ class EngineObserver:
     def connection_opened(self, proto: str, tls_resumed: bool | None) -> None:
         """A connection is up, speaking `proto` (h1, h2); `tls_resumed` None: no TLS."""
 
+    def connection_closed(self, reason: str) -> None:
+        """A connection that came up has gone: the pool closed it (a `CloseReason` value), or
+        it was `lost` (engine.LOST)."""
+
     def connections_changed(self, active: int, most_per_host: int) -> None:
         """The engine's connections now (connecting ones included), and the most to any one
         destination host."""

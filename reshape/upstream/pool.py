@@ -216,6 +216,8 @@ class CloseReason(enum.Enum):
     """Why the pool closes a connection."""
 
     IDLE_TIMEOUT = "idle_timeout"
+    # HTTP/1.1: idle as long as its origin said it keeps it (`Keep-Alive: timeout`), less a margin
+    ORIGIN_IDLE_TIMEOUT = "origin_idle_timeout"
     SHUTDOWN = "shutdown"
     NOT_REUSABLE = "not_reusable"  # a response said so (Connection: close, an error)
     GOAWAY = "goaway"  # HTTP/2 GOAWAY, and its streams have finished
@@ -410,6 +412,14 @@ class _Connection:
         if self.origin_idle_timeout is not None:
             return min(limits.idle_timeout, self.origin_idle_timeout)
         return limits.idle_timeout
+
+    def idle_timeout_reason(self, limits: PoolLimits) -> CloseReason:
+        """Whose idle timeout `idle_timeout` is: the origin's when it is the shorter (it is
+        said with a response, so never a warm connection's)."""
+        origins = self.origin_idle_timeout
+        if origins is not None and origins < limits.idle_timeout:
+            return CloseReason.ORIGIN_IDLE_TIMEOUT
+        return CloseReason.IDLE_TIMEOUT
 
     @property
     def open_for_work(self) -> bool:
@@ -910,7 +920,7 @@ class HostPool:
             if conn.draining is not None:
                 actions.append(self._close(conn, conn.draining))
             elif now - conn.idle_since >= conn.idle_timeout(self._limits):
-                actions.append(self._close(conn, CloseReason.IDLE_TIMEOUT))
+                actions.append(self._close(conn, conn.idle_timeout_reason(self._limits)))
         excess = len(self._conns) - self.max_connections
         if excess > 0:
             idle = sorted(

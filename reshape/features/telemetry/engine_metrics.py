@@ -35,6 +35,9 @@ class EngineMetrics(EngineObserver):
         if tls_resumed is not None:
             labelled(metrics.upstream_tls_handshakes_total, "yes" if tls_resumed else "no").inc()
 
+    def connection_closed(self, reason: str) -> None:
+        labelled(metrics.upstream_connections_closed_total, reason).inc()
+
     def connections_changed(self, active: int, most_per_host: int) -> None:
         metrics.upstream_connections_active.set(active)
         metrics.upstream_connections_per_host_max.set(most_per_host)

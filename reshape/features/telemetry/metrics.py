@@ -21,6 +21,8 @@ from prometheus_client.registry import Collector
 from reshape.base.client_family import CLIENT_FAMILIES
 from reshape.features.client_errors.rules import CLIENT_ERROR_KINDS
 from reshape.upstream.budget.ledger import LedgerStats
+from reshape.upstream.engine import LOST
+from reshape.upstream.pool import CloseReason
 
 prometheus_client.disable_created_metrics()
 
@@ -29,6 +31,7 @@ OUTCOMES = ("ok", "upstream_error", "client_aborted", "client_error", "rejected"
 UPSTREAM_PROTOS = ("h1", "h2")
 CONNECTION_KINDS = ("new", "reused", "pipelined", "multiplexed", "preconnected")
 REJECT_REASONS = ("queue_full", "queue_timeout")
+CLOSE_REASONS = (*(reason.value for reason in CloseReason), LOST)
 TLS_RECORD_SIDES = ("client", "origin")
 TLS_RECORD_SIZES = ("small", "large")
 TRAILER_ACTIONS = ("forwarded", "stripped", "promoted", "synthesized")
@@ -78,6 +81,14 @@ upstream_connections_opened_total = Counter(
     "reshape_upstream_connections_opened",
     "Connections opened to origin servers, by the protocol negotiated.",
     ["proto"],
+)
+upstream_connections_closed_total = Counter(
+    "reshape_upstream_connections_closed",
+    "Connections to origin servers that ended, by why: the pool closed them (idle_timeout, "
+    "origin_idle_timeout: before the origin's stated keep-alive timeout, request_limit: as many "
+    "requests as it takes, not_reusable, goaway, over_limit, needed_elsewhere, room_for_retry, "
+    "server_closed, shutdown), or lost: the origin closed them first, or they broke.",
+    ["reason"],
 )
 transaction_seconds = Histogram(
     "reshape_transaction_seconds",
@@ -321,6 +332,8 @@ def precreate(label_pairs: Iterable[tuple[str, str]]) -> None:
             upstream_queue_rejected_total.labels(policy, arm, reason)
     for proto in UPSTREAM_PROTOS:
         upstream_connections_opened_total.labels(proto)
+    for reason in CLOSE_REASONS:
+        upstream_connections_closed_total.labels(reason)
     for resumed in ("yes", "no"):
         upstream_tls_handshakes_total.labels(resumed)
     for family in CLIENT_FAMILIES:

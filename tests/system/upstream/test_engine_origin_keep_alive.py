@@ -122,6 +122,10 @@ def test_a_post_after_an_idle_spell_finds_no_connection_its_origin_is_closing(
         assert [r.status_code for r in responses] == [200, 200], responses[-1].text
         assert responses[1].text == answer_of(served, "POST", "/orders", 2)
         assert relay.stats.accepted == 2  # the POST's on a connection of its own
+        # The pool closed the first before the origin's timeout; the POST's is still open.
+        closed = "reshape_upstream_connections_closed_total"
+        assert proxy.metric(closed, reason="origin_idle_timeout") == 1
+        assert proxy.metric(closed, reason="lost") == 0
         if served.node is not None:
             connections = served.node.connections()
             assert [c.requests for c in connections] == [[("GET", "/page")], [("POST", "/orders")]]
@@ -168,3 +172,5 @@ def test_a_pipeline_stops_at_the_requests_its_origin_takes_on_a_connection(
     assert proxy.metric("reshape_upstream_retries_total") == 0
     assert proxy.metric("reshape_upstream_requests_total") == 12  # each sent once
     assert proxy.metric("reshape_upstream_requests_total", connection="pipelined") > 0
+    closed = "reshape_upstream_connections_closed_total"
+    assert proxy.metric(closed, reason="request_limit") >= 12 / served.takes - 1

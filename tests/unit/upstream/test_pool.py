@@ -467,13 +467,14 @@ def test_an_origins_keep_alive_timeout_closes_the_idle_connection_first() -> Non
     assert pool.request_done(1, 1, 1.0, reusable=True, idle_timeout=4.0) == []
     assert pool.next_deadline() == 5.0
     assert pool.request(2, 5.0, idempotent=False) == [
-        Close(1, CloseReason.IDLE_TIMEOUT),
+        Close(1, CloseReason.ORIGIN_IDLE_TIMEOUT),
         Open(2),
     ]
     # Never later than the policy's own idle timeout.
     pool.connection_ready(2, H1, 5.0)
     pool.request_done(2, 2, 6.0, reusable=True, idle_timeout=3600.0)
     assert pool.next_deadline() == 36.0
+    assert pool.tick(36.0) == [Close(2, CloseReason.IDLE_TIMEOUT)]  # the policy's
 
 
 def test_a_connection_carries_no_more_requests_than_its_origin_takes() -> None:
@@ -1629,7 +1630,11 @@ class PoolMachine(RuleBasedStateMachine):
                     continue
                 assert conn.ready and not conn.in_flight  # never close a busy connection
                 if action.reason is CloseReason.IDLE_TIMEOUT:
-                    assert self.now - conn.idle_since >= conn.idle_timeout(self.limits)
+                    assert self.now - conn.idle_since >= self.limits.idle_timeout
+                elif action.reason is CloseReason.ORIGIN_IDLE_TIMEOUT:
+                    assert conn.origin_idle is not None
+                    assert conn.origin_idle < self.limits.idle_timeout
+                    assert self.now - conn.idle_since >= conn.origin_idle
                 elif action.reason is CloseReason.OVER_LIMIT:
                     assert len(self.conns) + 1 > self.cap()
                 elif action.reason is CloseReason.NEEDED_ELSEWHERE:
