@@ -774,8 +774,10 @@ class Engine:
 
     def remember_requests_per_connection(self, key: PoolKey, count: int) -> None:
         """`key` said how many requests it takes on a connection: later pools for it start
-        with it (a pool goes once it holds nothing)."""
+        with it (a pool goes once it holds nothing), here and (budget) in the other workers."""
         _remember(self._requests_per_connection, key, count)
+        if self.budget is not None:
+            self.budget.requests_per_connection_learned(key, count)
 
     # plumbing
 
@@ -794,7 +796,10 @@ class Engine:
                 pool.known_h2 = remembered is Proto.H2
             # What one pool learned about an origin that breaks pipelines holds for all.
             pool.pipelining_broken = self.breaks_pipelining(route.key)
-            pool.requests_per_connection = self._requests_per_connection.get(route.key)
+            takes = self._requests_per_connection.get(route.key)
+            if self.budget is not None:  # (budget) what any worker heard last
+                takes = self.budget.requests_per_connection(route.key) or takes
+            pool.requests_per_connection = takes
         self._routes[pool] = route
         return pool
 

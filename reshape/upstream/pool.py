@@ -664,7 +664,12 @@ class HostPool:
             conn.origin_idle_timeout = idle_timeout
         if takes is not None:
             conn.takes = takes - len(conn.in_flight)
-            self.requests_per_connection = conn.served - len(conn.in_flight) + takes
+            answered = conn.served - len(conn.in_flight)
+            if answered > 1 or self.requests_per_connection is None:
+                # A connection's first statement may be one short (keep_alive.Terms: a count
+                # read as a total); those after it say more, so it counts only while nothing
+                # better is known.
+                self.requests_per_connection = answered + takes
             if conn.takes <= 0 and reusable:
                 conn.drain(CloseReason.REQUEST_LIMIT)
         if not reusable:

@@ -5,7 +5,8 @@ Each worker has its own engine and pools; without this, a cap of 2 connections p
 2 per worker. The pieces:
 
 - ledger.py: who holds which slots of which cap, who waits, whom to ask for one back (sans-IO);
-- facts.py: which origins speak HTTP/2, which break pipelines (sans-IO);
+- facts.py: which origins speak HTTP/2, which break pipelines, how many requests each
+  HTTP/1.1 origin takes on a connection (sans-IO);
 - messages.py: what broker and workers say to each other, one JSON line each;
 - broker.py: the asyncio server in the supervisor, over a unix socket;
 - client.py: each worker's side, the `ConnectionBudget` its engine consults.
@@ -47,3 +48,9 @@ class ConnectionBudget(Protocol):
         ...
 
     def pipelining_broke(self, key: PoolKey) -> None: ...
+
+    def requests_per_connection(self, key: PoolKey) -> int | None:
+        """How many requests any worker last heard `key` say it takes on a connection."""
+        ...
+
+    def requests_per_connection_learned(self, key: PoolKey, count: int) -> None: ...

@@ -25,6 +25,7 @@ from reshape.upstream.budget.messages import (
     Message,
     MessageError,
     Release,
+    Takes,
     decode,
     encode,
 )
@@ -96,7 +97,7 @@ class BudgetBroker:
                     sends = self.ledger.cancel(holder, ticket)
                 case Release(pool):
                     sends = self.ledger.release(holder, pool)
-                case Learned():
+                case Learned() | Takes():
                     if self.facts.learn(message):
                         line = encode(message)
                         for other, writer in self._writers.items():

@@ -34,6 +34,7 @@ from reshape.upstream.budget.messages import (
     MessageError,
     Reclaim,
     Release,
+    Takes,
     decode,
     encode,
 )
@@ -154,9 +155,15 @@ class BudgetClient:
     def pipelining_broke(self, key: PoolKey) -> None:
         self._share(Learned(key, None))
 
+    def requests_per_connection(self, key: PoolKey) -> int | None:
+        return self._facts.requests_per_connection(key)
+
+    def requests_per_connection_learned(self, key: PoolKey, count: int) -> None:
+        self._share(Takes(key, count))
+
     # plumbing
 
-    def _share(self, fact: Learned) -> None:
+    def _share(self, fact: Learned | Takes) -> None:
         if self._facts.learn(fact):
             self._send(fact)
 
@@ -237,6 +244,8 @@ class BudgetClient:
                 self._facts.learn(message)
                 if proto is None:
                     self._pools.pipelining_broken_elsewhere(key)
+            case Takes():
+                self._facts.learn(message)  # for the pools that open from now on
             case _:
                 log.error("budget: unexpected %s from the broker", type(message).__name__)
 

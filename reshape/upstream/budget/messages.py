@@ -2,8 +2,8 @@
 
 A worker asks for a slot (`Acquire`), gives up asking (`Cancel`) and gives one back (`Release`);
 the broker answers `Grant` or `Deny` and asks for slots back (`Reclaim`). Either side tells the
-other what a worker learned about an origin (`Learned`). Pools are named by `pool_name`, the same
-in every worker for the same pool id.
+other what a worker learned about an origin (`Learned`, `Takes`). Pools are named by
+`pool_name`, the same in every worker for the same pool id.
 
 Lines rather than a binary framing: a message goes by per connection opened or closed (never per
 request), and a line can be read in a log.
@@ -82,7 +82,17 @@ class Learned:
     proto: Proto | None
 
 
-type Message = Acquire | Cancel | Release | Grant | Deny | Reclaim | Learned
+@dataclass(frozen=True)
+class Takes:
+    """Either way: how many requests an HTTP/1.1 origin takes on one connection, as it said
+    (`Keep-Alive: max`, reshape/upstream/keep_alive.py)."""
+
+    key: PoolKey
+    count: int  # >= 1
+
+
+type Fact = Learned | Takes
+type Message = Acquire | Cancel | Release | Grant | Deny | Reclaim | Learned | Takes
 
 
 def encode(message: Message) -> bytes:
@@ -109,6 +119,8 @@ def encode(message: Message) -> bytes:
                 key.sni,
                 proto.value if proto is not None else None,
             ]
+        case Takes(key, count):
+            fields = ["takes", key.scheme, key.host, key.port, key.sni, count]
     return json.dumps(fields, separators=(",", ":")).encode() + b"\n"
 
 
@@ -135,6 +147,10 @@ def decode(line: bytes) -> Message:
             ):
                 key = PoolKey(scheme, host, port, sni)
                 return Learned(key, Proto(proto) if proto is not None else None)
+            case ["takes", str(scheme), str(host), int(port), sni, int(count)] if count >= 1 and (
+                sni is None or isinstance(sni, str)
+            ):
+                return Takes(PoolKey(scheme, host, port, sni), count)
     except ValueError as e:  # JSON, an unknown scheme or protocol
         raise MessageError(f"not a budget message: {line[:200]!r} ({e})") from None
     raise MessageError(f"not a budget message: {line[:200]!r}")

@@ -21,6 +21,7 @@ from reshape.upstream.budget.client import BudgetClient
 from reshape.upstream.engine import Engine, QueueRejected, Route
 from reshape.upstream.pool import PoolKey, PoolLimits, Proto
 from tests.support.inprocess_engine import HOST, DelayingOrigin, fetch, limits
+from tests.support.node_origin import node_origin
 
 SHARED_ORIGIN_HOST = "127.0.0.92"
 
@@ -262,6 +263,34 @@ async def test_workers_share_which_protocol_an_origin_speaks(
         assert pool.learned_proto and not pool.known_h2
         assert pool.active_connections == 3
         assert await asyncio.gather(*pending) == [b"x"] * 3
+
+
+@pytest.mark.asyncio
+async def test_workers_share_how_many_requests_an_origin_takes_on_a_connection(
+    tmp_path: Path,
+) -> None:
+    """Node says `Keep-Alive: max=3` (its total): once A has heard it, B's pools, and those of
+    a worker started later, pipeline no more than 3 onto a new connection from the start."""
+    with node_origin(tmp_path / "node", HOST, max_requests_per_socket=3) as origin:
+        async with workers(2) as (broker, (a, b)):
+            key = PoolKey("http", origin.host, origin.port, None)
+            route = Route(key, limits(connections=1, pipeline_depth=8), 5.0, 5.0, "p", "-")
+            assert await fetch(a, route, "/x") == b"GET /x 0\n"
+            assert isinstance(b.budget, BudgetClient)
+            client = b.budget
+            await wait_for(lambda: client.requests_per_connection(key) == 3, "B heard it")
+            assert b._pool(route).requests_per_connection == 3
+            late = Engine(None)
+            late_client = await BudgetClient.connect(broker.path, late)
+            late.budget = late_client
+            try:
+                await wait_for(
+                    lambda: late_client.requests_per_connection(key) == 3, "a late one heard it"
+                )
+                assert late._pool(route).requests_per_connection == 3
+            finally:
+                await late.stop()
+                await late_client.close()
 
 
 def test_a_pool_has_one_name_in_every_worker_and_each_pool_its_own() -> None:

@@ -14,6 +14,7 @@ from reshape.upstream.budget.messages import (
     MessageError,
     Reclaim,
     Release,
+    Takes,
     decode,
     encode,
 )
@@ -37,6 +38,7 @@ KEY = PoolKey("https", "origin.test", 443, "origin.test")
         Learned(KEY, Proto.H2),
         Learned(PoolKey("http", "::1", 8080, None), Proto.H1),
         Learned(KEY, None),
+        Takes(PoolKey("http", "origin.test", 80, None), 101),
     ],
 )
 def test_every_message_goes_as_one_line_and_comes_back(message: Message) -> None:
@@ -59,6 +61,8 @@ def test_every_message_goes_as_one_line_and_comes_back(message: Message) -> None
         b'["learned", "ftp", "h", 21, null, "h1"]\n',  # no such scheme
         b'["learned", "http", "h", 80, null, "h3"]\n',  # no such protocol
         b'["learned", "http", "h", 80, 5, "h1"]\n',
+        b'["takes", "http", "h", 80, null, 0]\n',  # a connection takes one at least
+        b'["takes", "http", "h", 80, null, "3"]\n',
         b'["shout", 1]\n',
         b"\xff\xfe\n",
     ],

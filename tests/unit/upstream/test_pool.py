@@ -1793,7 +1793,9 @@ class PoolMachine(RuleBasedStateMachine):
         if takes is not None:
             conn.takes = takes - len(conn.in_flight)  # those pipelined behind it count
             conn.draining |= conn.takes <= 0
-            self.requests_per_connection = conn.served - len(conn.in_flight) + takes
+            answered = conn.served - len(conn.in_flight)
+            if answered > 1 or self.requests_per_connection is None:
+                self.requests_per_connection = answered + takes
         if not conn.in_flight:
             conn.idle_since = self.now
         actions = self.pool.request_done(
