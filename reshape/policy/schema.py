@@ -56,7 +56,10 @@ class UpstreamKnobs:
         30.0, doc="Seconds a request may wait for a connection; beyond it: 503.", minimum=0.001
     )
     idle_timeout: float = knob(
-        60.0, doc="Seconds an idle keep-alive connection to an origin is kept.", minimum=0.001
+        60.0,
+        doc="Seconds an idle keep-alive connection to an origin is kept (less when an HTTP/1.1 "
+        "origin states a shorter keep-alive timeout: closed a second before it).",
+        minimum=0.001,
     )
     http2: bool = knob(True, doc="Use HTTP/2 where the origin offers it by ALPN.")
     share: bool = knob(
