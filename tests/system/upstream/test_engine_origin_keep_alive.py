@@ -20,9 +20,9 @@ import httpx
 import pytest
 
 from bench.capacity.apache import APACHE, ApacheSettings, apache
-from labkit.relay import Link, RelayThread, relays
+from labkit.relay import Link, Relay, RelayThread, relays
 from tests.support.node_origin import NodeOrigin, node_origin
-from tests.support.reshape_process import StartProxy
+from tests.support.reshape_process import RunningProxy, StartProxy
 
 pytestmark = pytest.mark.slow
 
@@ -83,12 +83,21 @@ def relay_thread() -> Iterator[RelayThread]:
         yield thread
 
 
-def policy_file(tmp_path: Path, upstream: str) -> Path:
-    path = tmp_path / "policy.yaml"
-    path.write_text(
+def behind_a_link(
+    start_reshape: StartProxy,
+    tmp_path: Path,
+    relay_thread: RelayThread,
+    served: Served,
+    upstream: str,
+) -> tuple[RunningProxy, Relay, str]:
+    """reshape, its policy's `upstream:` knobs `upstream`, and the origin behind a link of
+    RTT (the relay counts the origin's connections); and the origin's URL through the link."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
         f"version: 1\ndefault: pooled\npolicies:\n  pooled:\n    upstream: {upstream}\n"
     )
-    return path
+    relay = relay_thread.add("127.0.0.15", (served.host, served.port), Link.rtt(RTT))
+    return start_reshape(policy=policy), relay, f"http://127.0.0.15:{relay.port}"
 
 
 @pytest.mark.parametrize("kind", ORIGINS)
@@ -100,11 +109,13 @@ def test_a_post_after_an_idle_spell_finds_no_connection_its_origin_is_closing(
     for its own 60 s idle timeout, wrote the POST to it as the origin closed it, and the
     client got a 502 (a POST is never sent twice)."""
     with origin_of(kind, tmp_path, keep_alive_timeout=1.0, max_requests=0) as served:
-        relay = relay_thread.add("127.0.0.15", (served.host, served.port), Link.rtt(RTT))
-        proxy = start_reshape(
-            policy=policy_file(tmp_path, "{max_connections_per_host: 1, idle_timeout: 60}")
+        proxy, relay, base = behind_a_link(
+            start_reshape,
+            tmp_path,
+            relay_thread,
+            served,
+            "{max_connections_per_host: 1, idle_timeout: 60}",
         )
-        base = f"http://127.0.0.15:{relay.port}"
 
         async def browse() -> list[httpx.Response]:
             async with httpx.AsyncClient(proxy=proxy.proxy_url, timeout=30) as client:
@@ -141,11 +152,13 @@ def test_a_pipeline_stops_at_the_requests_its_origin_takes_on_a_connection(
     again (Node answers requests pipelined past its limit with 503s behind its close). Before,
     the fourth of each pipeline went unanswered behind the close and again elsewhere."""
     with origin_of(kind, tmp_path, keep_alive_timeout=5.0, max_requests=3) as served:
-        relay = relay_thread.add("127.0.0.15", (served.host, served.port), Link.rtt(RTT))
-        proxy = start_reshape(
-            policy=policy_file(tmp_path, "{max_connections_per_host: 1, pipeline_depth: 4}")
+        proxy, relay, base = behind_a_link(
+            start_reshape,
+            tmp_path,
+            relay_thread,
+            served,
+            "{max_connections_per_host: 1, pipeline_depth: 4}",
         )
-        base = f"http://127.0.0.15:{relay.port}"
 
         async def browse() -> list[httpx.Response]:
             limits = httpx.Limits(max_connections=6)
