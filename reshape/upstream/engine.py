@@ -209,6 +209,7 @@ class ConnectionRecord:
         # (budget) The pool whose slot of the cap shared with other workers this one holds.
         self.slot: PoolId | None = None
         self.opened = False  # it came up (counted opened, and closed when it goes)
+        self.counts_shared = 0  # (budget) its origin's requests per connection, told others
         self.closed_for: CloseReason | None = None  # the pool closed it, for this reason
 
     # ConnectionListener
@@ -221,6 +222,7 @@ class ConnectionRecord:
         idle_timeout: float | None = None,
         takes: int | None = None,
     ) -> None:
+        known = self.pool.requests_per_connection
         self.engine.run(
             self.pool,
             self.pool.request_done(
@@ -232,10 +234,14 @@ class ConnectionRecord:
                 takes=takes,
             ),
         )
-        if takes is not None and self.pool.requests_per_connection is not None:
-            self.engine.remember_requests_per_connection(
-                self.pool.key, self.pool.requests_per_connection
-            )
+        learned = self.pool.requests_per_connection
+        if learned is not None and learned != known:
+            # (budget) Told the other workers twice a connection at most (its first statement
+            # may read one short): an origin whose statements disagree (backends behind a
+            # balancer set apart) would otherwise send a message per response.
+            share = self.counts_shared < 2
+            self.counts_shared += share
+            self.engine.remember_requests_per_connection(self.pool.key, learned, share=share)
 
     def unanswered(self, waiter_ids: list[int], *, never_sent: bool = False) -> None:
         self.engine.run(
@@ -513,7 +519,7 @@ class Engine:
         while not waiter.mailbox.empty():
             decision = waiter.mailbox.get_nowait()
             if isinstance(decision, Assign) and decision.conn_id != taken:
-                self.run(pool, pool.request_done(decision.conn_id, waiter.id, now, reusable=True))
+                self.run(pool, pool.unassign(decision.conn_id, waiter.id, now))
         if taken is not None:
             self.run(pool, pool.request_done(taken, waiter.id, now, reusable=False))
 
@@ -572,12 +578,7 @@ class Engine:
                     waiter.mailbox.put_nowait(action)
                 elif isinstance(action, Assign):
                     # Its client left between the decision and now: give the slot back.
-                    self.run(
-                        pool,
-                        pool.request_done(
-                            action.conn_id, action.waiter_id, self.now(), reusable=True
-                        ),
-                    )
+                    self.run(pool, pool.unassign(action.conn_id, action.waiter_id, self.now()))
         self._schedule(pool)
         if self._slot_waits:
             self._watch_slot_waits(pool)
@@ -772,11 +773,12 @@ class Engine:
         """`key` broke a pipeline: pools for it, now and later, do not pipeline."""
         _remember(self._pipelining_broken, key, None)
 
-    def remember_requests_per_connection(self, key: PoolKey, count: int) -> None:
+    def remember_requests_per_connection(self, key: PoolKey, count: int, *, share: bool) -> None:
         """`key` said how many requests it takes on a connection: later pools for it start
-        with it (a pool goes once it holds nothing), here and (budget) in the other workers."""
+        with it (a pool goes once it holds nothing), here and, if `share`, (budget) in the
+        other workers."""
         _remember(self._requests_per_connection, key, count)
-        if self.budget is not None:
+        if share and self.budget is not None:
             self.budget.requests_per_connection_learned(key, count)
 
     # plumbing

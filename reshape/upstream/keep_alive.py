@@ -35,6 +35,9 @@ from collections.abc import Iterable
 # origin counts from the moment it sent the response, the pool from the moment it read it, and a
 # request takes half a round trip to arrive: the margin covers round trips of up to a second.
 MARGIN_SECONDS = 1.0
+# Apache states a keep-alive timeout under a second (`KeepAliveTimeout 500ms`) as `timeout=0`:
+# an idle connection is then kept only for requests already waiting, this long at most.
+SUBSECOND_IDLE = 0.001
 
 # Values past these are no limit worth keeping (a timeout of more than a day, a count no
 # connection reaches): read as absent.
@@ -57,7 +60,7 @@ def parse(fields: Iterable[tuple[bytes, bytes]]) -> tuple[int | None, int | None
             if match is None:
                 continue
             key, number = match[1].lower(), int(match[2])
-            if key == b"timeout" and 0 < number <= _MAX_TIMEOUT:
+            if key == b"timeout" and number <= _MAX_TIMEOUT:
                 timeout = number if timeout is None else min(timeout, number)
             elif key == b"max" and number <= _MAX_REQUESTS:
                 most = number if most is None else min(most, number)
@@ -66,8 +69,8 @@ def parse(fields: Iterable[tuple[bytes, bytes]]) -> tuple[int | None, int | None
 
 def idle_limit(timeout: int) -> float:
     """How long the pool keeps a connection idle whose origin said `timeout=`: MARGIN_SECONDS
-    less, or half a timeout shorter than twice that."""
-    return timeout - min(MARGIN_SECONDS, timeout / 2)
+    less, or half a timeout shorter than twice that; SUBSECOND_IDLE for `timeout=0`."""
+    return max(timeout - min(MARGIN_SECONDS, timeout / 2), SUBSECOND_IDLE)
 
 
 class Terms:

@@ -423,7 +423,9 @@ class _Connection:
 
     @property
     def open_for_work(self) -> bool:
-        return self.state is ConnState.IDLE or self.state is ConnState.BUSY
+        return (self.state is ConnState.IDLE or self.state is ConnState.BUSY) and (
+            self.takes is None or self.takes > 0
+        )
 
     @property
     def h1_open_for_work(self) -> bool:
@@ -650,11 +652,11 @@ class HostPool:
         origin said with it (HTTP/1.1's `Keep-Alive`): `idle_timeout`, how long the connection
         may stay idle (it closes sooner than the policy's idle timeout, never later), and
         `takes`, how many requests the origin takes on it after this one: those pipelined
-        behind it count, and once they are all assigned it takes nothing more
-        (`CloseReason.REQUEST_LIMIT`). With the responses it has carried, `takes` also says
-        how many requests a connection to this origin carries (`requests_per_connection`),
-        which the next connections take as their bound from the start: they would otherwise
-        pipeline past it before their first answer said so."""
+        behind it count, and once they are all assigned it takes nothing more (it closes once
+        idle, `CloseReason.REQUEST_LIMIT`). With the responses it has carried, `takes` also
+        says how many requests a connection to this origin carries (`requests_per_connection`),
+        which bounds the connections that have none yet, new ones from the start: they would
+        otherwise pipeline past it before their first answer said so."""
         conn = self._conns.get(conn_id)
         if conn is None or conn.in_flight.pop(waiter_id, None) is None:
             return []
@@ -664,16 +666,28 @@ class HostPool:
             conn.origin_idle_timeout = idle_timeout
         if takes is not None:
             conn.takes = takes - len(conn.in_flight)
-            answered = conn.served - len(conn.in_flight)
-            if answered > 1 or self.requests_per_connection is None:
-                # A connection's first statement may be one short (keep_alive.Terms: a count
-                # read as a total); those after it say more, so it counts only while nothing
-                # better is known.
-                self.requests_per_connection = answered + takes
-            if conn.takes <= 0 and reusable:
-                conn.drain(CloseReason.REQUEST_LIMIT)
+            self._learn_requests_per_connection(conn, takes)
         if not reusable:
-            conn.drain(CloseReason.NOT_REUSABLE)
+            # The last of the requests its origin said it takes (its close announced, as
+            # Apache's and Node's are at their limit), or a response that ends it early.
+            limit = conn.takes is not None and conn.takes <= 0 and not conn.in_flight
+            conn.drain(CloseReason.REQUEST_LIMIT if limit else CloseReason.NOT_REUSABLE)
+        if not conn.in_flight:
+            conn.idle_since = now
+        return self._settle(now)
+
+    def unassign(self, conn_id: int, waiter_id: int, now: float) -> list[Action]:
+        """An `Assign` the driver did not carry out (its client left as the decision arrived):
+        nothing was sent, so the connection is as it was, its count of requests served and of
+        those its origin still takes included."""
+        conn = self._conns.get(conn_id)
+        if conn is None or conn.in_flight.pop(waiter_id, None) is None:
+            return []
+        del self._assigned[waiter_id]
+        conn.ended()
+        conn.served -= 1
+        if conn.takes is not None:
+            conn.takes += 1
         if not conn.in_flight:
             conn.idle_since = now
         return self._settle(now)
@@ -924,6 +938,8 @@ class HostPool:
         for conn in [c for c in self._conns.values() if c.idle]:
             if conn.draining is not None:
                 actions.append(self._close(conn, conn.draining))
+            elif conn.takes is not None and conn.takes <= 0:
+                actions.append(self._close(conn, CloseReason.REQUEST_LIMIT))
             elif now - conn.idle_since >= conn.idle_timeout(self._limits):
                 actions.append(self._close(conn, conn.idle_timeout_reason(self._limits)))
         excess = len(self._conns) - self.max_connections
@@ -1133,11 +1149,23 @@ class HostPool:
         conn.served += 1
         if conn.takes is not None:
             conn.takes -= 1
-            if conn.takes <= 0:
-                conn.drain(CloseReason.REQUEST_LIMIT)
         waiter.attempts += 1
         self._assigned[waiter.waiter_id] = conn
         return Assign(waiter.waiter_id, conn.conn_id, kind, now - waiter.enqueued_at)
+
+    def _learn_requests_per_connection(self, conn: _Connection, takes: int) -> None:
+        """`conn`'s origin said it takes `takes` more requests on it: how many a connection to
+        it carries. A connection's first statement may read one short (keep_alive.Terms: a
+        count read as a total), so it only raises what is known; those after it say it as it
+        is. Connections up with no bound yet get the one learned, less what they carried."""
+        answered = conn.served - len(conn.in_flight)
+        count = answered + takes
+        known = self.requests_per_connection
+        if known is None or answered > 1 or count > known:
+            self.requests_per_connection = count
+            for other in self._conns.values():
+                if other.proto is Proto.H1 and other.takes is None:
+                    other.takes = count - other.served
 
     def _close(self, conn: _Connection, reason: CloseReason) -> Close:
         del self._conns[conn.conn_id]

@@ -18,6 +18,7 @@ from labkit.origins import Origin, nginx_origin
 from labkit.pki import OriginPKI
 from reshape.upstream.budget.broker import BudgetBroker
 from reshape.upstream.budget.client import BudgetClient
+from reshape.upstream.budget.messages import Takes
 from reshape.upstream.engine import Engine, QueueRejected, Route
 from reshape.upstream.pool import PoolKey, PoolLimits, Proto
 from tests.support.inprocess_engine import HOST, DelayingOrigin, fetch, limits
@@ -291,6 +292,45 @@ async def test_workers_share_how_many_requests_an_origin_takes_on_a_connection(
             finally:
                 await late.stop()
                 await late_client.close()
+
+
+@pytest.mark.asyncio
+async def test_an_origin_whose_counts_disagree_is_told_of_twice_a_connection_at_most(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Backends behind one name set apart (one takes 500 requests a connection, the other
+    900): each answer says another count. The other workers hear of it twice per connection
+    at most, not once per answer."""
+
+    async def alternating(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        answered = 0
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                answered += 1
+                most = 500 if answered % 2 else 900
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=60, max=%d\r\n"
+                    b"Content-Length: 1\r\n\r\nx" % most
+                )
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(alternating, HOST, 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with workers(2) as (_, (a, _b)):
+            assert isinstance(a.budget, BudgetClient)
+            told: list[object] = []
+            send = a.budget._send
+            monkeypatch.setattr(a.budget, "_send", lambda m: (told.append(m), send(m))[1])
+            route = Route(PoolKey("http", HOST, port, None), limits(), 5.0, 5.0, "p", "-")
+            for n in range(20):
+                assert await fetch(a, route, f"/{n}") == b"x"
+            assert a.pools[route.pool_id].active_connections == 1
+            assert len([m for m in told if isinstance(m, Takes)]) == 2
+    finally:
+        server.close()
 
 
 def test_a_pool_has_one_name_in_every_worker_and_each_pool_its_own() -> None:

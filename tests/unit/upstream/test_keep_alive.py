@@ -23,7 +23,7 @@ def field(value: bytes) -> list[tuple[bytes, bytes]]:
         ([(b"keep-alive", b"timeout=5, max=100")], (5, 100)),  # the name in any case
         ([(b"Connection", b"keep-alive")], (None, None)),
         (field(b""), (None, None)),
-        (field(b"timeout=0, max=-1"), (None, None)),  # a timeout of 0 is none; -1 no count
+        (field(b"timeout=0, max=-1"), (0, None)),  # Apache's sub-second timeout; -1 no count
         (field(b"timeout=5s, max=1e3, foo=1"), (None, None)),  # not numbers; unknown names
         (field(b"timeout=99999999999, max=99999999999"), (None, None)),  # past any limit
         (field(b"timeout=5; max=100"), (None, None)),  # not this field's list syntax
@@ -40,6 +40,8 @@ def test_the_pool_closes_a_second_before_the_origin_or_halfway_for_a_short_timeo
     assert idle_limit(5) == 4.0
     assert idle_limit(2) == 1.0
     assert idle_limit(1) == 0.5
+    # Apache's `KeepAliveTimeout 500ms` says timeout=0: kept for requests already waiting.
+    assert idle_limit(0) == 0.001
 
 
 def test_apaches_count_down_is_read_as_the_requests_left_after_each_response() -> None:

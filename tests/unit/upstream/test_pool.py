@@ -477,6 +477,20 @@ def test_an_origins_keep_alive_timeout_closes_the_idle_connection_first() -> Non
     assert pool.tick(36.0) == [Close(2, CloseReason.IDLE_TIMEOUT)]  # the policy's
 
 
+def test_an_origin_that_keeps_idle_connections_under_a_second_gets_only_waiting_requests() -> None:
+    # Apache's `KeepAliveTimeout 500ms` says `timeout=0` (keep_alive.SUBSECOND_IDLE): a request
+    # already waiting takes the connection at once; nothing waits, it closes.
+    pool = make(pipeline_depth=0)
+    pool.request(1, 0.0, idempotent=True)
+    pool.connection_ready(1, H1, 0.0)
+    pool.request(2, 0.5, idempotent=True)
+    assert pool.request_done(1, 1, 1.0, reusable=True, idle_timeout=0.001) == [
+        Assign(2, 1, REUSED, 0.5)
+    ]
+    pool.request_done(1, 2, 2.0, reusable=True, idle_timeout=0.001)
+    assert pool.tick(2.002) == [Close(1, CloseReason.ORIGIN_IDLE_TIMEOUT)]
+
+
 def test_a_connection_carries_no_more_requests_than_its_origin_takes() -> None:
     pool = make(max_connections=2, pipeline_depth=4)
     busy_h1(pool, 2)
@@ -502,6 +516,51 @@ def test_an_idle_connection_its_origin_takes_nothing_more_on_closes() -> None:
         Close(1, CloseReason.REQUEST_LIMIT)
     ]
     assert pool.request(2, 1.0, idempotent=True) == [Open(2)]
+
+
+def test_a_low_first_statement_does_not_bound_the_origin_for_good() -> None:
+    # A connection bounded to one request never hears a second answer; a later connection's
+    # first statement of more raises the bound (it stayed at 1: a connection per request).
+    pool = make()
+    pool.request(1, 0.0, idempotent=True)
+    pool.connection_ready(1, H1, 0.0)
+    assert pool.request_done(1, 1, 1.0, reusable=True, takes=0) == [
+        Close(1, CloseReason.REQUEST_LIMIT)
+    ]
+    assert pool.requests_per_connection == 1
+    pool.request(2, 1.0, idempotent=True)
+    pool.connection_ready(2, H1, 1.0)
+    pool.request_done(2, 2, 2.0, reusable=True, takes=99)  # Node's max=100
+    assert pool.requests_per_connection == 100
+    assert pool.request(3, 2.0, idempotent=True) == [Assign(3, 2, REUSED, 0.0)]
+
+
+def test_an_assignment_given_back_unsent_costs_the_connection_nothing() -> None:
+    # Node takes 3: after the first answer, 2 more. An assignment whose client left before it
+    # was sent is given back; the connection still takes 2, and the count stays 3.
+    pool = make(pipeline_depth=4)
+    pool.request(1, 0.0, idempotent=True)
+    pool.connection_ready(1, H1, 0.0)
+    pool.request_done(1, 1, 1.0, reusable=True, takes=2)
+    assert pool.request(2, 1.0, idempotent=True) == [Assign(2, 1, REUSED, 0.0)]
+    assert pool.unassign(1, 2, 1.0) == []
+    assert pool.request(3, 1.0, idempotent=True) == [Assign(3, 1, REUSED, 0.0)]
+    assert pool.request(4, 1.0, idempotent=True) == [Assign(4, 1, PIPELINED, 0.0)]
+    assert pool.request(5, 1.0, idempotent=True) == []  # the origin's third
+    pool.request_done(1, 3, 2.0, reusable=True, takes=1)
+    assert pool.requests_per_connection == 3
+
+
+def test_a_connection_up_before_the_origin_said_its_count_gets_that_bound() -> None:
+    pool = make(max_connections=2, pipeline_depth=4)
+    busy_h1(pool, 2)
+    pool.request_done(1, 101, 1.0, reusable=True, takes=2)  # Node's max=3
+    # Connection 2 has carried one: it takes two more, however deep the pipeline may go (it
+    # took four before).
+    for waiter in range(1, 7):
+        pool.request(waiter, 1.0, idempotent=True)
+    assert len(pool.in_flight_on(1)) == 2 and len(pool.in_flight_on(2)) == 3
+    assert pool.queued == 2
 
 
 def test_an_idle_connection_closed_by_the_server_is_dropped() -> None:
@@ -1356,6 +1415,11 @@ class ModelConn:
     origin_idle: float | None = None
     takes: int | None = None
 
+    @property
+    def usable(self) -> bool:
+        """Up, and takes requests: not draining, and its origin takes more."""
+        return self.ready and not self.draining and (self.takes is None or self.takes > 0)
+
     def idle_timeout(self, limits: PoolLimits) -> float:
         if self.origin_idle is None:
             return limits.idle_timeout
@@ -1495,7 +1559,7 @@ class PoolMachine(RuleBasedStateMachine):
         first); the first one that a request going again may use goes to the first such
         request in the queue, else to the first other request (with per_client, one of
         `turn_takers`)."""
-        usable = {c: x for c, x in self.conns.items() if x.ready and not x.draining}
+        usable = {c: x for c, x in self.conns.items() if x.usable}
         h2 = [c for c, x in usable.items() if x.proto is H2 and len(x.in_flight) < x.max_streams]
         if h2:
             free = sorted(h2)
@@ -1556,7 +1620,7 @@ class PoolMachine(RuleBasedStateMachine):
                 waiter = self.waiters[action.waiter_id]
                 conn = self.conns[action.conn_id]
                 assert waiter.status == "queued"
-                assert conn.ready and not conn.draining
+                assert conn.usable
                 if conn.served == 0:
                     kind = NEW
                 elif not conn.in_flight:
@@ -1603,9 +1667,7 @@ class PoolMachine(RuleBasedStateMachine):
                 conn.in_flight.append(action.waiter_id)
                 conn.served += 1
                 if conn.takes is not None:  # never past what the origin said it takes
-                    assert conn.takes > 0
                     conn.takes -= 1
-                    conn.draining |= conn.takes == 0
             elif isinstance(action, Reject):
                 waiter = self.waiters[action.waiter_id]
                 assert waiter.status == "queued"
@@ -1644,6 +1706,8 @@ class PoolMachine(RuleBasedStateMachine):
                     # at the cap, for a request going again that may not use it
                     assert conn.proto is H1
                     assert any(self.waiters[w].after >= action.conn_id for w in self.queue)
+                elif action.reason is CloseReason.REQUEST_LIMIT:
+                    assert conn.takes is not None and conn.takes <= 0
                 else:
                     assert conn.draining
             elif isinstance(action, Retry):
@@ -1752,7 +1816,7 @@ class PoolMachine(RuleBasedStateMachine):
         # every waiter fails with it; otherwise the oldest, unless the connects still under way
         # serve the whole queue.
         for_all = self.expects_h2() and not any(
-            not x.ready or not x.draining for x in self.conns.values()
+            not x.ready or x.usable for x in self.conns.values()
         )
         covered: float = self.connecting()
         if self.expects_h2() or self.live_h2():
@@ -1792,10 +1856,15 @@ class PoolMachine(RuleBasedStateMachine):
             conn.origin_idle = idle_timeout
         if takes is not None:
             conn.takes = takes - len(conn.in_flight)  # those pipelined behind it count
-            conn.draining |= conn.takes <= 0
+            # What a connection carries: a first statement may read one short, so it only
+            # raises what is known; connections up with no bound get it, less what they carried.
             answered = conn.served - len(conn.in_flight)
-            if answered > 1 or self.requests_per_connection is None:
+            known = self.requests_per_connection
+            if known is None or answered > 1 or answered + takes > known:
                 self.requests_per_connection = answered + takes
+                for other in self.conns.values():
+                    if other.proto is H1 and other.takes is None:
+                        other.takes = answered + takes - other.served
         if not conn.in_flight:
             conn.idle_since = self.now
         actions = self.pool.request_done(
@@ -1817,6 +1886,22 @@ class PoolMachine(RuleBasedStateMachine):
         if self.conns[conn_id].proto is not H1:  # only HTTP/1.1 origins say so (Keep-Alive)
             idle_timeout = takes = None
         self._done(conn_id, waiter_id, reusable, idle_timeout=idle_timeout, takes=takes)
+
+    @precondition(lambda self: self.in_flight_pairs())
+    @rule(data=st.data())
+    def unassign(self, data: st.DataObject) -> None:
+        """The driver gives back an assignment it did not carry out (its client left): the
+        connection is as it was."""
+        conn_id, waiter_id = data.draw(st.sampled_from(self.in_flight_pairs()))
+        conn = self.conns[conn_id]
+        conn.in_flight.remove(waiter_id)
+        conn.served -= 1
+        if conn.takes is not None:
+            conn.takes += 1
+        if not conn.in_flight:
+            conn.idle_since = self.now
+        self.waiters[waiter_id].status = "final"
+        self.play(self.pool.unassign(conn_id, waiter_id, self.now), "unassign")
 
     def _draw_unanswered(self, data: st.DataObject, conn: ModelConn) -> list[int]:
         if conn.proto is H1:  # responses come in order: the unanswered are a suffix
@@ -2078,7 +2163,7 @@ class PoolMachine(RuleBasedStateMachine):
         if not self.queue:
             return
         for conn_id, conn in self.conns.items():
-            if conn.ready and not conn.draining:
+            if conn.usable:
                 assert not (
                     conn.proto is H1
                     and not conn.in_flight
@@ -2092,7 +2177,7 @@ class PoolMachine(RuleBasedStateMachine):
                 idle_h1 = [
                     c
                     for c, x in self.conns.items()
-                    if x.ready and not x.draining and x.proto is H1 and not x.in_flight
+                    if x.usable and x.proto is H1 and not x.in_flight
                 ]
                 assert self.connecting() or (len(self.conns) >= self.cap() and not idle_h1)
         if len(self.conns) < self.opening_cap():  # room: connects cover the queue
@@ -2112,7 +2197,7 @@ class PoolMachine(RuleBasedStateMachine):
                     and self.fits(self.queue[0], conn_id)
                     and conn_id > self.waiters[self.queue[0]].bounced_at
                     and conn.proto is H1
-                    and not conn.draining
+                    and conn.usable
                     and 1 <= len(conn.in_flight) < self.limits.pipeline_depth
                     and all(self.waiters[w].idempotent for w in conn.in_flight)
                 )
