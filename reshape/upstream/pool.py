@@ -349,6 +349,9 @@ class _Waiter:
     after_conn: int = 0
     lost_at: float = 0.0  # when (with after_conn)
     client: object = None  # who asked (PoolLimits.per_client); None: a client of its own
+    # The connection it was assigned to was idle since then, and had idled warm so (its
+    # `idle_since`, `idled_warm`): what `unassign` gives back. None: it was busy.
+    took_idle: tuple[float, bool] | None = None
 
 
 @dataclass(eq=False)
@@ -681,14 +684,19 @@ class HostPool:
         nothing was sent, so the connection is as it was, its count of requests served and of
         those its origin still takes included."""
         conn = self._conns.get(conn_id)
-        if conn is None or conn.in_flight.pop(waiter_id, None) is None:
+        waiter = conn.in_flight.pop(waiter_id, None) if conn is not None else None
+        if conn is None or waiter is None:
             return []
         del self._assigned[waiter_id]
         conn.ended()
         conn.served -= 1
         if conn.takes is not None:
             conn.takes += 1
-        if not conn.in_flight:
+        if waiter.took_idle is not None and not conn.in_flight:
+            # Idle since then still: a warm connection that idled a while stays proven, and
+            # the idle timeouts (the origin's too) run from then.
+            conn.idle_since, conn.idled_warm = waiter.took_idle
+        elif not conn.in_flight:
             conn.idle_since = now
         return self._settle(now)
 
@@ -1129,6 +1137,7 @@ class HostPool:
         return self._limits.max_queue + self._connecting_count()
 
     def _assign(self, waiter: _Waiter, conn: _Connection, now: float) -> Assign:
+        waiter.took_idle = None if conn.in_flight else (conn.idle_since, conn.idled_warm)
         if conn.unused_warm:
             kind = AssignKind.PRECONNECTED
             conn.idled_warm = now > conn.idle_since
@@ -1157,14 +1166,20 @@ class HostPool:
         """`conn`'s origin said it takes `takes` more requests on it: how many a connection to
         it carries. A connection's first statement may read one short (keep_alive.Terms: a
         count read as a total), so it only raises what is known; those after it say it as it
-        is. Connections up with no bound yet get the one learned, less what they carried."""
+        is. Connections up with no answer yet get the one learned, less what they carried."""
         answered = conn.served - len(conn.in_flight)
         count = answered + takes
         known = self.requests_per_connection
         if known is None or answered > 1 or count > known:
             self.requests_per_connection = count
             for other in self._conns.values():
-                if other.proto is Proto.H1 and other.takes is None:
+                # Not one that has been answered without a statement: its backend, behind a
+                # balancer, may be another that states none.
+                if (
+                    other.proto is Proto.H1
+                    and other.takes is None
+                    and other.served == len(other.in_flight)
+                ):
                     other.takes = count - other.served
 
     def _close(self, conn: _Connection, reason: CloseReason) -> Close:

@@ -551,6 +551,38 @@ def test_an_assignment_given_back_unsent_costs_the_connection_nothing() -> None:
     assert pool.requests_per_connection == 3
 
 
+def test_a_connection_answered_without_a_statement_is_not_bound_by_anothers() -> None:
+    # Behind a balancer, backends set apart: connection 2's answered without a word of its
+    # count, connection 1's says 3 (Node's max=3). Connection 2 is not cut short by it.
+    pool = make(max_connections=2, pipeline_depth=4)
+    busy_h1(pool, 2)
+    pool.request(1, 0.5, idempotent=True)  # pipelined behind 101 or 102
+    pool.request_done(2, 102, 1.0, reusable=True)
+    pool.request_done(1, 101, 1.0, reusable=True, takes=2)
+    for waiter in range(2, 9):
+        pool.request(waiter, 1.0, idempotent=True)
+    assert len(pool.in_flight_on(1)) <= 2 and len(pool.in_flight_on(2)) == 4
+
+
+def test_an_assignment_given_back_leaves_the_idle_clock_as_it_was() -> None:
+    # A warm connection idle 9 s, taken and given back in one turn: still proven (its lost
+    # first request goes again, as on any warm connection that idled), and timed from then.
+    pool = make()
+    pool.preconnect(1, 0.0, idle_timeout=20.0)
+    pool.connection_ready(1, H1, 0.0)
+    assert pool.request(1, 9.0, idempotent=True) == [Assign(1, 1, PRECONNECTED, 0.0)]
+    pool.request(2, 9.0, idempotent=True)
+    assert pool.unassign(1, 1, 9.0) == [Assign(2, 1, PRECONNECTED, 0.0)]
+    assert pool.connection_lost(1, 9.5, unanswered=[2], first_sent=2)[0] == Retry(2)
+    pool = make(idle_timeout=30.0)
+    pool.request(1, 0.0, idempotent=True)
+    pool.connection_ready(1, H1, 0.0)
+    pool.request_done(1, 1, 1.0, reusable=True, idle_timeout=4.0)
+    assert pool.request(2, 4.9, idempotent=True) == [Assign(2, 1, REUSED, 0.0)]
+    assert pool.unassign(1, 2, 4.9) == []
+    assert pool.next_deadline() == 5.0  # the origin's timeout, from its answer
+
+
 def test_a_connection_up_before_the_origin_said_its_count_gets_that_bound() -> None:
     pool = make(max_connections=2, pipeline_depth=4)
     busy_h1(pool, 2)
@@ -1443,6 +1475,7 @@ class ModelWaiter:
     # Going again after a connection lost without notice: no HTTP/1.1 connection up to this id.
     after: int = 0
     client: object = None  # who asked (PoolLimits.per_client); None: a client of its own
+    took_idle: float | None = None  # its connection's idle_since, if idle when assigned
 
 
 LIMITS = st.builds(
@@ -1664,6 +1697,7 @@ class PoolMachine(RuleBasedStateMachine):
                 waiter.attempts += 1
                 self.assignments += 1
                 waiter.sent = self.assignments
+                waiter.took_idle = None if conn.in_flight else conn.idle_since
                 conn.in_flight.append(action.waiter_id)
                 conn.served += 1
                 if conn.takes is not None:  # never past what the origin said it takes
@@ -1863,7 +1897,8 @@ class PoolMachine(RuleBasedStateMachine):
             if known is None or answered > 1 or answered + takes > known:
                 self.requests_per_connection = answered + takes
                 for other in self.conns.values():
-                    if other.proto is H1 and other.takes is None:
+                    unanswered = other.served == len(other.in_flight)  # no answer yet
+                    if other.proto is H1 and other.takes is None and unanswered:
                         other.takes = answered + takes - other.served
         if not conn.in_flight:
             conn.idle_since = self.now
@@ -1898,8 +1933,9 @@ class PoolMachine(RuleBasedStateMachine):
         conn.served -= 1
         if conn.takes is not None:
             conn.takes += 1
-        if not conn.in_flight:
-            conn.idle_since = self.now
+        took_idle = self.waiters[waiter_id].took_idle
+        if not conn.in_flight:  # idle since then, if it was when assigned
+            conn.idle_since = self.now if took_idle is None else took_idle
         self.waiters[waiter_id].status = "final"
         self.play(self.pool.unassign(conn_id, waiter_id, self.now), "unassign")
 
