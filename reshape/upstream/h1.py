@@ -406,13 +406,11 @@ class H1Upstream:
             return
         else:
             self.wire.on_idle_data = self._out_of_turn
-        if reusable:
-            idle_timeout, takes = self._terms.response(response.headers)
-            self.listener.request_done(
-                response.waiter_id, reusable, idle_timeout=idle_timeout, takes=takes
-            )
-        else:
-            self.listener.request_done(response.waiter_id, reusable)
+        # What the origin says of the connection counts only while it lives on.
+        idle_timeout, takes = self._terms.response(response.headers) if reusable else (None, None)
+        self.listener.request_done(
+            response.waiter_id, reusable, idle_timeout=idle_timeout, takes=takes
+        )
         if kept and self._broken is not None:
             # The next response was invalid: those behind this one get what arrived before the
             # error, then the error (_poll), and the connection goes.

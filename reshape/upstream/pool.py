@@ -660,11 +660,10 @@ class HostPool:
         says how many requests a connection to this origin carries (`requests_per_connection`),
         which bounds the connections that have none yet, new ones from the start: they would
         otherwise pipeline past it before their first answer said so."""
-        conn = self._conns.get(conn_id)
-        if conn is None or conn.in_flight.pop(waiter_id, None) is None:
+        taken = self._take_off(conn_id, waiter_id)
+        if taken is None:
             return []
-        del self._assigned[waiter_id]
-        conn.ended()
+        conn, _ = taken
         if idle_timeout is not None:
             conn.origin_idle_timeout = idle_timeout
         if takes is not None:
@@ -683,12 +682,10 @@ class HostPool:
         """An `Assign` the driver did not carry out (its client left as the decision arrived):
         nothing was sent, so the connection is as it was, its count of requests served and of
         those its origin still takes included."""
-        conn = self._conns.get(conn_id)
-        waiter = conn.in_flight.pop(waiter_id, None) if conn is not None else None
-        if conn is None or waiter is None:
+        taken = self._take_off(conn_id, waiter_id)
+        if taken is None:
             return []
-        del self._assigned[waiter_id]
-        conn.ended()
+        conn, waiter = taken
         conn.served -= 1
         if conn.takes is not None:
             conn.takes += 1
@@ -1161,6 +1158,17 @@ class HostPool:
         waiter.attempts += 1
         self._assigned[waiter.waiter_id] = conn
         return Assign(waiter.waiter_id, conn.conn_id, kind, now - waiter.enqueued_at)
+
+    def _take_off(self, conn_id: int, waiter_id: int) -> tuple[_Connection, _Waiter] | None:
+        """The waiter off the connection it is in flight on (None: it is not, or the connection
+        is gone): its request ended, or was never sent."""
+        conn = self._conns.get(conn_id)
+        waiter = conn.in_flight.pop(waiter_id, None) if conn is not None else None
+        if conn is None or waiter is None:
+            return None
+        del self._assigned[waiter_id]
+        conn.ended()
+        return conn, waiter
 
     def _learn_requests_per_connection(self, conn: _Connection, takes: int) -> None:
         """`conn`'s origin said it takes `takes` more requests on it: how many a connection to
