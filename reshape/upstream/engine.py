@@ -83,13 +83,15 @@ LOST = "lost"
 class QueueRejected(UpstreamError):
     """No connection could be had in time: the client gets 503 with Retry-After."""
 
-    def __init__(self, reason: RejectReason, retry_after: int) -> None:
+    def __init__(self, reason: RejectReason, retry_after: int, last_attempt: str = "") -> None:
+        """`last_attempt`: what became of the request's last attempt, if it went before."""
         super().__init__(
             {
                 RejectReason.QUEUE_FULL: "too many requests waiting for this origin",
                 RejectReason.QUEUE_TIMEOUT: "waited too long for a connection to this origin",
                 RejectReason.CONNECT_FAILED: "could not connect to the origin",
             }[reason]
+            + last_attempt
         )
         self.reason = reason
         self.retry_after = retry_after
@@ -426,15 +428,20 @@ class Engine:
             while True:
                 decision = await waiter.mailbox.get()
                 if isinstance(decision, Reject):
+                    # A request that went before and must go again says what became of it:
+                    # the origin was reached, whatever kept it from going again.
+                    last = f" (the last attempt: {unanswered})" if unanswered else ""
                     if decision.reason is not RejectReason.CONNECT_FAILED:
                         self.observer.request_rejected(labels, decision.reason.value)
                         raise QueueRejected(
-                            decision.reason, max(1, math.ceil(route.limits.queue_timeout / 4))
+                            decision.reason, max(1, math.ceil(route.limits.queue_timeout / 4)), last
                         )
                     if isinstance(waiter.connect_error, PeerRefused):
                         raise DestinationRefused(str(waiter.connect_error))
                     reason = f": {waiter.connect_error}" if waiter.connect_error else ""
-                    raise UpstreamError(f"could not connect to {_describe(route.key)}{reason}")
+                    raise UpstreamError(
+                        f"could not connect to {_describe(route.key)}{reason}{last}"
+                    )
                 if isinstance(decision, Fail):
                     # The pool's reason (it will not go again), and the origin's side of it.
                     raise UpstreamError(_failure(route.key, decision, attempts, unanswered))

@@ -4,12 +4,16 @@ connection found closed before the request left is no reason to fail it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import math
+import socket
 
 import pytest
 
-from reshape.upstream.engine import Engine, Route
-from reshape.upstream.pool import MAX_ATTEMPTS, MAX_FREE_GOES, PoolKey
+from reshape.features.telemetry.engine_metrics import EngineMetrics
+from reshape.upstream.engine import Engine, QueueRejected, Route
+from reshape.upstream.pool import MAX_ATTEMPTS, MAX_FREE_GOES, PoolKey, PoolLimits
 from reshape.upstream.types import UpstreamError, UpstreamRequest
 from tests.support.inprocess_engine import (
     HOST,
@@ -129,3 +133,82 @@ async def test_a_request_the_pool_gives_up_on_says_how_often_it_went_and_why_the
         )
         assert origin.connections == goes  # each went to a connection it found closed
         assert "/0/victim" not in origin.requests
+
+
+async def _read_head(sock: socket.socket) -> None:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = await asyncio.get_running_loop().sock_recv(sock, 4096)
+        assert chunk, "the proxy closed before its request's head"
+        data += chunk
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("then", ["refuses", "hangs"])
+async def test_a_request_that_went_unanswered_and_cannot_go_again_says_what_became_of_it(
+    then: str,
+) -> None:
+    """A GET sent on a kept connection that the origin closes unanswered goes again; the
+    origin then refuses connections (a 502), or its accept queue is full, so the connect hangs
+    and the request times out in the queue (a 503). Either answer said only that the origin
+    could not be reached, or not in time, though it had had the request once."""
+    loop = asyncio.get_running_loop()
+    listener = socket.socket()
+    listener.bind((HOST, 0))
+    listener.listen(0)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    fillers: list[socket.socket] = []
+
+    def stop_taking_connections() -> None:
+        if then == "refuses":
+            listener.close()
+            return
+        for _ in range(4):  # Linux queues backlog + 1; the next connects get no SYN-ACK
+            filler = socket.socket()
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect((HOST, port))
+            fillers.append(filler)
+
+    async def origin() -> None:
+        sock, _ = await loop.sock_accept(listener)
+        with sock:
+            sock.setblocking(False)
+            await _read_head(sock)
+            await loop.sock_sendall(sock, b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nprime")
+            await _read_head(sock)  # the victim, on the kept connection
+            stop_taking_connections()
+        # Closed without an answer.
+
+    serving = asyncio.ensure_future(origin())
+    engine = Engine(None, EngineMetrics())
+    engine.start()
+    queue_timeout = 0.5
+    route = Route(
+        PoolKey("http", HOST, port, None),
+        PoolLimits(1, 100, queue_timeout, math.inf, 0, False),
+        5.0,
+        5.0,
+        "p",
+        "-",
+    )
+    try:
+        assert await fetch(engine, route, "/0/prime") == b"prime"
+        expected = (
+            (QueueRejected, "waited too long for a connection to this origin")
+            if then == "hangs"
+            else (UpstreamError, f"could not connect to http://{HOST}:{port}: ")
+        )
+        with pytest.raises(expected[0]) as failed:
+            await asyncio.wait_for(engine.exchange(route, get("/0/victim")), 3)
+        text = str(failed.value)
+        assert text.startswith(expected[1]), text
+        assert text.endswith(" (the last attempt: connection closed by the origin)"), text
+        await serving
+    finally:
+        await engine.stop()
+        serving.cancel()
+        listener.close()
+        for filler in fillers:
+            filler.close()
