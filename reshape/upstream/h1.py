@@ -12,6 +12,7 @@ import collections
 import contextlib
 import itertools
 import logging
+from typing import NoReturn
 
 from reshape.upstream import http1, keep_alive
 from reshape.upstream.body_reader import BodyAbandoned, BodyReader
@@ -156,13 +157,19 @@ class H1Upstream:
         if cookies:
             headers.append((cookie_name, b"; ".join(cookies)))
         streamed = request.body_stream is not None
-        if streamed:
+        # A streamed body whose length the client gave goes with that length, as a held one
+        # does: many origins answer a chunked request body 411 Length Required (S3's PUT).
+        length = http1.declared_length(request.headers) if streamed else None
+        chunked = streamed and length is None
+        if chunked:
             headers.append((b"Transfer-Encoding", b"chunked"))
+        elif streamed:
+            headers.append((b"Content-Length", str(length).encode()))
         elif request.body or request.method in (b"POST", b"PUT", b"PATCH"):
             headers.append((b"Content-Length", str(len(request.body)).encode()))
         try:
             head_and_body = http1.encode_request(
-                request.method, request.target, headers, request.body or None, chunked=streamed
+                request.method, request.target, headers, request.body or None, chunked=chunked
             )
         except ValueError as e:
             raise UpstreamError(f"cannot forward the request: {e}") from None
@@ -182,7 +189,7 @@ class H1Upstream:
         self.requests_sent += 1
         try:
             if streamed:
-                if not await self._send_streamed(head_and_body, request, response):
+                if not await self._send_streamed(head_and_body, request, response, length):
                     # The origin answered before the body was all sent (see _answered_early):
                     # the rest is not sent, so nothing else can go on this connection.
                     self.closed = True
@@ -248,12 +255,14 @@ class H1Upstream:
         return Unanswered(reason)
 
     async def _send_streamed(
-        self, head: bytes, request: UpstreamRequest, response: H1Response
+        self, head: bytes, request: UpstreamRequest, response: H1Response, length: int | None
     ) -> bool:
-        """Send the head and the body as it comes; False if the origin answered first and the
-        rest was not sent."""
+        """Send the head and the body as it comes, chunked, or as is if its `length` is known;
+        False if the origin answered first and the rest was not sent."""
         assert request.body_stream is not None
         pending = head
+        left = length
+        abandoned = False
         reader = BodyReader(request.body_stream, request.waiting_for_client)
 
         def origin_spoke() -> bool:
@@ -268,23 +277,46 @@ class H1Upstream:
                         self.wire.arrival, _never if pending else origin_spoke
                     )
                 except BodyAbandoned:
-                    break  # answered early (below), or closed: the write below fails
+                    # Answered early (below), or closed: the write below fails.
+                    abandoned = True
+                    break
                 if chunk is None:
                     break
                 if not pending and self._answered_early(response):
                     return False
+                if left is not None:
+                    if len(chunk) > left:
+                        self._body_length_broken(f"more than its Content-Length of {length}")
+                    left -= len(chunk)
                 # The head waits for the first body chunk so both leave in one write.
-                self.wire.write(pending + http1.encode_chunk(chunk))
+                self.wire.write(
+                    pending + (chunk if left is not None else http1.encode_chunk(chunk))
+                )
                 pending = b""
                 await self.wire.drain()
         finally:
             await reader.close()
         if not pending and self._answered_early(response):
             return False
-        self.wire.write(pending + http1.encode_last_chunk(request.trailers))
+        if left is None:
+            self.wire.write(pending + http1.encode_last_chunk(request.trailers))
+        elif left and abandoned:
+            raise WireError("closed by the origin before the request body's end")
+        elif left:
+            self._body_length_broken(f"{left} bytes short of its Content-Length of {length}")
+        elif pending:
+            self.wire.write(pending)  # a body of no bytes
+        # (Trailers of a body sent with its length have no place in HTTP/1.1: they go.)
         await self.wire.drain()
         request.sent()
         return True
+
+    def _body_length_broken(self, how: str) -> NoReturn:
+        """The client's streamed body is not the length it gave (its own hop should have
+        refused it): the origin has part of a request, so the connection cannot carry on."""
+        error = UpstreamError(f"the request body was {how}")
+        self._lost(error)
+        raise error
 
     def _answered_early(self, response: H1Response) -> bool:
         """Whether the origin has answered `response`'s request before taking its whole body,

@@ -201,6 +201,21 @@ def _check_request_framing(
         raise InvalidRequestError("a body needs a Content-Length header or chunked=True")
 
 
+def declared_length(headers: Sequence[tuple[bytes, bytes]]) -> int | None:
+    """The body length a message's `Content-Length` gives, None if it gives none, or none
+    that holds (a field repeated with another value, or not a number: RFC 9112 §6.3); a list
+    of one value repeated ("5, 5") is that value."""
+    values = {
+        part.strip(b" \t")
+        for name, value in headers
+        if name.lower() == b"content-length"
+        for part in value.split(b",")
+    }
+    if len(values) != 1:
+        return None
+    return _parse_length(values.pop())
+
+
 def _parse_length(text: bytes) -> int | None:
     """1*DIGIT that fits MAX_BODY_LENGTH → int; anything else (sign, space, hex) → None."""
     # Length first: int() of thousands of digits is slow and, past 4300, raises ValueError.

@@ -106,3 +106,38 @@ def test_an_origin_that_stops_taking_an_upload_and_never_answers_is_timed(
         answer = sock.recv(4096)
         assert answer.startswith(b"HTTP/1.1 504"), answer[:200]
         assert time.monotonic() - started < 15
+
+
+class LengthRequired(ScriptedOrigin):
+    """Answers a chunked request body 411 Length Required, as S3's PUT does; a body with a
+    Content-Length 200 with its size, once it has all of it."""
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).lower()
+        if b"\r\ntransfer-encoding:" in head:
+            writer.write(b"HTTP/1.1 411 Length Required\r\nContent-Length: 0\r\n\r\n")
+        else:
+            length = int(head.split(b"\r\ncontent-length:")[1].split(b"\r\n")[0])
+            size = len(await reader.readexactly(length))
+            body = str(size).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        writer.close()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_an_upload_over_a_mebibyte_reaches_an_http1_origin_with_its_length(
+    start_reshape: StartProxy, tmp_path: Path, policy: str
+) -> None:
+    # Past `stream_large_bodies` the body streams; it went chunked with its Content-Length
+    # dropped, so such an origin answered 411 to every upload over 1 MiB.
+    path = tmp_path / "policy.yaml"
+    path.write_text(POLICIES[policy])
+    proxy = start_reshape(policy=path)
+    size = FIRST + REST
+    with (
+        LengthRequired("127.0.0.123") as origin,
+        httpx.Client(proxy=proxy.proxy_url, timeout=30) as http,
+    ):
+        response = http.put(origin.url("/object"), content=b"x" * size)
+    assert (response.status_code, response.text) == (200, str(size))

@@ -5,6 +5,7 @@ connection's wire; its socket is a transport that keeps what is written."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -210,3 +211,68 @@ async def test_the_origins_keep_alive_terms_reach_the_pool_with_each_response() 
     await link.answer(OK)  # no terms: nothing said
     assert await body_of(await third) == b"ok"
     assert link.books.terms[-1] == (None, None)
+
+
+def streamed(parts: list[bytes], headers: list[tuple[bytes, bytes]]) -> UpstreamRequest:
+    async def body() -> AsyncIterator[bytes]:
+        for part in parts:
+            yield part
+
+    return UpstreamRequest(b"PUT", b"http", b"origin.test", b"/up", headers, body_stream=body())
+
+
+@pytest.mark.parametrize(
+    ("headers", "framing", "sent"),
+    [
+        ([(b"content-length", b"7")], b"Content-Length: 7", b"abcdefg"),
+        ([(b"Content-Length", b"7, 7")], b"Content-Length: 7", b"abcdefg"),
+        ([], b"Transfer-Encoding: chunked", b"3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n"),
+        (
+            [(b"content-length", b"7"), (b"content-length", b"8")],
+            b"Transfer-Encoding: chunked",
+            None,
+        ),
+    ],
+    ids=["its length", "its length repeated", "no length", "lengths that disagree"],
+)
+async def test_a_streamed_body_goes_with_the_length_its_client_gave(
+    headers: list[tuple[bytes, bytes]], framing: bytes, sent: bytes | None
+) -> None:
+    # A body over mitmproxy's `stream_large_bodies` (1 MiB) streams; it went chunked, with the
+    # client's Content-Length dropped, and origins that want a length (S3's PUT) answered 411
+    # to every upload over 1 MiB. A body of no known length still goes chunked.
+    link = Link()
+    task = link.exchange(1, streamed([b"abc", b"defg"], headers))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    written = b"".join(link.transport.writes)
+    head, body = written.split(b"\r\n\r\n", 1)
+    assert framing in head.split(b"\r\n")
+    assert sum(line.lower().startswith(b"content-length") for line in head.split(b"\r\n")) == (
+        framing.startswith(b"Content-Length")
+    )
+    if sent is not None:
+        assert body == sent
+    await link.answer(OK)
+    assert await body_of(await task) == b"ok"
+    assert link.books.told == [("done", 1, True)]
+
+
+@pytest.mark.parametrize(
+    ("parts", "how"),
+    [
+        ([b"abc", b"defgh"], "more than its Content-Length of 7"),
+        ([b"abc"], "4 bytes short of its Content-Length of 7"),
+    ],
+    ids=["longer", "shorter"],
+)
+async def test_a_streamed_body_that_is_not_the_length_its_client_gave_ends_the_connection(
+    parts: list[bytes], how: str
+) -> None:
+    # The client's own hop refuses such a body, so this does not happen; if it did, the origin
+    # would have part of a request (or wait for the rest): the connection cannot carry on.
+    link = Link()
+    with pytest.raises(UpstreamError, match=f"the request body was {how}"):
+        await link.exchange(1, streamed(parts, [(b"content-length", b"7")]))
+    assert link.books.told == [("lost", [])]
+    assert link.upstream.closed
