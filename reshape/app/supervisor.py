@@ -72,10 +72,13 @@ def claim_port(address: ListenAddress) -> ListenAddress:
     """Fail now if the port is taken (even by another SO_REUSEPORT user); resolve port 0.
 
     Binding without SO_REUSEPORT fails if anyone holds the port, so two reshape instances never
-    silently share one port.
+    silently share one port. With SO_REUSEADDR, as the listeners themselves bind (asyncio's
+    default), so that the connections of an instance just stopped, in TIME-WAIT for a minute,
+    do not hold it: a restart failed with "address already in use" where `--workers 1` did not.
     """
     family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((address.host, address.port))
         except OSError as e:
