@@ -111,7 +111,9 @@ class Telemetry:
         assert response is not None
         self._count_plain(flow.server_conn)
         selection = selection_of(flow)
-        if flow.request.timestamp_end and response.timestamp_start:
+        # Only the origin's responses: one reshape made itself (a 502, 503, 504 or 403, whose
+        # outcome it set) would count its own wait as the origin's.
+        if flow.request.timestamp_end and response.timestamp_start and not state_of(flow).outcome:
             labelled(metrics.transaction_seconds, selection.policy_name, selection.arm).observe(
                 max(0.0, response.timestamp_start - flow.request.timestamp_end)
             )

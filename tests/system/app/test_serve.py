@@ -16,6 +16,7 @@ import pytest
 from labkit.origins import Origin, hypercorn_origin, nginx_origin
 from labkit.pki import OriginPKI
 from tests.support.clients import http_get
+from tests.support.faulty_origins import unreachable_address
 from tests.support.reshape_process import RunningProxy, StartProxy
 from tests.support.scripted_origins import SlowOrigin
 
@@ -130,6 +131,12 @@ def test_metrics_follow_the_traffic(start_reshape: StartProxy, http_origin: Orig
     assert proxy.metric("reshape_response_bytes_total", policy="baseline") == 5 * len(BODY)
     assert proxy.metric("reshape_transaction_seconds_count", policy="baseline") == 5
     assert proxy.metric("reshape_client_connections_total") == 5
+    # reshape's own answers are no origin's response time: they counted in the histogram, a
+    # 504 at the read timeout with all its wait.
+    host, port = unreachable_address("127.0.0.6")
+    refused = curl(proxy, f"http://{host}:{port}/", "-o", "/dev/null", "-w", "%{http_code}")
+    assert refused.stdout == b"502"
+    assert proxy.metric("reshape_transaction_seconds_count", policy="baseline") == 5
     # curl has gone; the proxy notices its closed connection on its own time.
     deadline = time.monotonic() + 5
     while proxy.metric("reshape_client_connections_active") and time.monotonic() < deadline:
