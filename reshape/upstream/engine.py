@@ -211,6 +211,9 @@ class ConnectionRecord:
         # (budget) The pool whose slot of the cap shared with other workers this one holds.
         self.slot: PoolId | None = None
         self.opened = False  # it came up (counted opened, and closed when it goes)
+        # Counted among the connections open now: from its connect's start (with `--workers`,
+        # once it has its slot of the shared cap; until then it is a wait, not a connection).
+        self.counted = False
         self.counts_shared = 0  # (budget) its origin's requests per connection, told others
         self.closed_for: CloseReason | None = None  # the pool closed it, for this reason
 
@@ -323,7 +326,8 @@ class Engine:
         self._routes: dict[HostPool, Route] = {}
         # Each pool's timer for its next deadline (queue and idle timeouts): (when, handle).
         self._timers: dict[HostPool, tuple[float, asyncio.TimerHandle]] = {}
-        # Connections per destination host, connecting ones included (for the observer).
+        # Connections open or connecting now (`ConnectionRecord.counted`), in all and per origin.
+        self._active = 0
         self._per_host: collections.Counter[PoolKey] = collections.Counter()
         self._protocols: OrderedDict[PoolKey, Proto] = OrderedDict()
         self._pipelining_broken: OrderedDict[PoolKey, None] = OrderedDict()
@@ -563,8 +567,6 @@ class Engine:
                 if action.warm:
                     record.warm_for = self._warming
                 self.connections[(pool, action.conn_id)] = record
-                self._per_host[pool.key] += 1
-                self._connections_changed()
                 record.connect_task = self._spawn(
                     self._connect(pool, record), f"connect {_describe(pool.key)}"
                 )
@@ -592,10 +594,13 @@ class Engine:
 
     def forget_connection(self, record: ConnectionRecord) -> None:
         if self.connections.pop((record.pool, record.conn_id), None) is not None:
-            self._per_host[record.pool.key] -= 1
-            if self._per_host[record.pool.key] <= 0:
-                del self._per_host[record.pool.key]
-            self._connections_changed()
+            if record.counted:
+                record.counted = False
+                self._active -= 1
+                self._per_host[record.pool.key] -= 1
+                if self._per_host[record.pool.key] <= 0:
+                    del self._per_host[record.pool.key]
+                self._connections_changed()
             if record.warm_for is not None and not record.warm_used:
                 self.observer.preconnect_finished(record.warm_for, False)
             if record.opened:
@@ -616,6 +621,10 @@ class Engine:
             and not await self._take_slot(pool, record, route)
         ):
             return
+        record.counted = True
+        self._active += 1
+        self._per_host[key] += 1
+        self._connections_changed()
         tls = None
         try:
             if key.scheme == "https":
@@ -839,9 +848,7 @@ class Engine:
         return task
 
     def _connections_changed(self) -> None:
-        self.observer.connections_changed(
-            len(self.connections), max(self._per_host.values(), default=0)
-        )
+        self.observer.connections_changed(self._active, max(self._per_host.values(), default=0))
 
     def _schedule(self, pool: HostPool) -> None:
         """Set the pool's timer at its next deadline (a queue or idle timeout), if it has one;

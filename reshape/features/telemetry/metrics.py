@@ -136,13 +136,15 @@ upstream_requests_total = Counter(
 )
 upstream_connections_active = Gauge(
     "reshape_upstream_connections_active",
-    "Connections to origins open now, connecting ones included.",
+    "Connections to origins open now, connecting ones included (not those waiting for "
+    "another worker's slot: reshape_upstream_budget_waiting).",
     multiprocess_mode="livesum",
 )
 upstream_connections_per_host_max = Gauge(
     "reshape_upstream_connections_per_host_max",
-    "The most connections open to any one origin now (a host label would be unbounded).",
-    multiprocess_mode="max",
+    "The most connections open to any one origin now, in one worker (a host label would be "
+    "unbounded; with several workers, the highest of theirs).",
+    multiprocess_mode="livemax",
 )
 upstream_queue_rejected_total = Counter(
     "reshape_upstream_queue_rejected",

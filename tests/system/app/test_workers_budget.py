@@ -203,11 +203,15 @@ def test_the_slots_of_a_worker_that_dies_come_back(
     assert 1 <= sum(holders.values()) <= 2, holders
     # A worker that holds a slot dies; the kernel closes its origin connection, the broker
     # sees its socket close.
-    victim = sorted(holders)[0]
+    victim = max(holders, key=lambda pid: (holders[pid], pid))
     os.kill(victim, signal.SIGKILL)
     # Load again once the supervisor has replaced it (the connections a dying worker's
     # listener had queued are reset with it: tests/system/app/test_supervisor.py).
     wait_replaced(proxy, victim)
+    # The dead worker's gauges went with it: the most per origin stayed at its last value.
+    survivors = sum(n for pid, n in holders.items() if pid != victim)
+    assert proxy.metric("reshape_upstream_connections_per_host_max") == survivors
+    assert proxy.metric("reshape_upstream_connections_active") == survivors
     origin.reset_most_open()
     assert set(browse(proxy, origin)) == {"200"}
     # Both slots were to be had again (a leaked one would have left the load one connection).

@@ -20,6 +20,7 @@ from reshape.upstream.budget.broker import BudgetBroker
 from reshape.upstream.budget.client import BudgetClient
 from reshape.upstream.budget.messages import Takes
 from reshape.upstream.engine import Engine, QueueRejected, Route
+from reshape.upstream.observer import EngineObserver
 from reshape.upstream.pool import PoolKey, PoolLimits, Proto
 from tests.support.inprocess_engine import HOST, DelayingOrigin, fetch, limits
 from tests.support.node_origin import node_origin
@@ -68,6 +69,16 @@ async def delaying_origin(
         yield origin
     finally:
         server.close()
+
+
+class OpenConnections(EngineObserver):
+    """Keeps the count of connections open each time the engine reports it."""
+
+    def __init__(self, counts: list[int]) -> None:
+        self.counts = counts
+
+    def connections_changed(self, active: int, most_per_host: int) -> None:
+        self.counts.append(active)
 
 
 def route_to(origin: DelayingOrigin, pool_limits: PoolLimits) -> Route:
@@ -187,6 +198,8 @@ async def test_a_request_waits_for_a_slot_no_longer_than_its_queue_timeout() -> 
     async with delaying_origin() as origin, workers(2) as (_, (a, b)):
         quick = PoolLimits(1, 100, 0.3, float("inf"), 0, False)
         route = route_to(origin, quick)
+        b_open: list[int] = []  # B's connections open now, each time it said
+        b.observer = OpenConnections(b_open)
         held = asyncio.create_task(fetch(a, route, "/2/long"))
         await wait_for(
             lambda: route.pool_id in a.pools and a.pools[route.pool_id].in_flight == 1,
@@ -197,6 +210,8 @@ async def test_a_request_waits_for_a_slot_no_longer_than_its_queue_timeout() -> 
         # B's connect, which waited for the slot, did not outlive its request: it no longer
         # asks A for the slot, and A keeps its connection after its response.
         await wait_for(lambda: not b.connections, "B's connect dropped")
+        # Nor did it count as open while it waited (reshape_upstream_connections_active).
+        assert b_open == []
         assert await held == b"long"
         await asyncio.sleep(0.1)
         assert a.pools[route.pool_id].active_connections == 1
