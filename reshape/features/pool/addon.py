@@ -3,7 +3,9 @@
 Thin on purpose: the decision is `route_for(flow)`, which the engine's join
 (reshape/mitm/patches/engine_join.py) asks when a request needs a connection. Every HTTP request
 goes through the engine except upgrades (WebSocket and other protocols after a 101 stay on
-mitmproxy's own connections: the engine speaks HTTP only).
+mitmproxy's own connections: the engine speaks HTTP only). A client connection that
+authenticates to an origin with NTLM or Negotiate gets a connection there of its own
+(reshape/features/pool/connection_auth.py).
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from __future__ import annotations
 from mitmproxy import http
 
 from reshape.features.destinations.rules import OwnAddressBook
-from reshape.features.pool.routes import BROWSER_LIKE, Destination, route
+from reshape.features.pool.connection_auth import Pins, authenticates_connection
+from reshape.features.pool.routes import BROWSER_LIKE, Destination, pinned_route, route
 from reshape.policy.chooser import selection_of
 from reshape.policy.schema import Policy, UpstreamKnobs
 from reshape.upstream.engine import Route
@@ -32,9 +35,12 @@ class PoolRouting:
         # The proxy's own addresses: every route's connections are checked against them and
         # against its policy's `destinations` once connected.
         self.own = own
-        # (destination, policy's identity, name, arm, client, client address) → (policy, route);
-        # the policy is kept so that its identity cannot be reused by another (a reload).
+        # (destination, policy's identity, name, arm, client, client address, pinned) →
+        # (policy, route); the policy is kept so that its identity cannot be reused by another
+        # (a reload).
         self._routes: dict[tuple[object, ...], tuple[Policy, Route]] = {}
+        # Client connections an origin has authenticated the connection of (NTLM, Negotiate).
+        self.pins = Pins()
 
     def route_to(
         self,
@@ -44,8 +50,12 @@ class PoolRouting:
         arm: str,
         client: str | None = None,
         client_address: str | None = None,
+        *,
+        pinned: bool = False,
     ) -> Route:
-        key = (destination, id(policy), policy_name, arm, client, client_address)
+        """`pinned`: the client connection `client` has a connection of its own to the
+        destination (connection_auth.py)."""
+        key = (destination, id(policy), policy_name, arm, client, client_address, pinned)
         known = self._routes.get(key)
         if known is not None and known[0] is policy:
             return known[1]
@@ -59,6 +69,8 @@ class PoolRouting:
             defaults=self.defaults,
             own=self.own,
         )
+        if pinned and client is not None:
+            made = pinned_route(made, client)
         if len(self._routes) >= ROUTES_KEPT:
             self._routes.clear()
         self._routes[key] = (policy, made)
@@ -72,11 +84,21 @@ class PoolRouting:
         destination = Destination.of(
             request.scheme, request.host, request.port, flow.client_conn.sni
         )
+        client = flow.client_conn.id
+        pinned = self.pins.pinned(client, destination)
+        if (
+            not pinned
+            and "authorization" in request.headers
+            and authenticates_connection(request.headers.get_all("authorization"))
+        ):
+            self.pins.pin(client, destination)
+            pinned = True
         return self.route_to(
             destination,
             selection.policy,
             selection.policy_name,
             selection.arm,
-            client=flow.client_conn.id,
+            client=client,
             client_address=flow.client_conn.peername[0] if flow.client_conn.peername else None,
+            pinned=pinned,
         )

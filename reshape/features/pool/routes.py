@@ -8,6 +8,7 @@ where offered, no pipelining).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import ipaddress
 from dataclasses import dataclass
@@ -114,6 +115,16 @@ def route(
         owner=None if knobs.share else client,
         client=client_address if knobs.max_connections_per_client else None,
     )
+
+
+def pinned_route(route: Route, client: str) -> Route:
+    """`route` for the client connection `client` once an origin authenticates its connection
+    (reshape/features/pool/connection_auth.py): a pool of its own, of one HTTP/1.1 connection
+    that carries one request at a time, closed when the client connection goes."""
+    limits = dataclasses.replace(
+        route.limits, max_connections=1, pipeline_depth=0, http2=False, per_client=0
+    )
+    return dataclasses.replace(route, limits=limits, owner=client, client=None)
 
 
 # Distinct hosts whose kind is remembered (`_is_ip` runs for every https request; parsing an
