@@ -21,7 +21,7 @@ import logging
 import math
 import ssl
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Collection, Coroutine, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -534,6 +534,17 @@ class Engine:
         if taken is not None:
             self.run(pool, pool.request_done(taken, waiter.id, now, reusable=False))
 
+    def retire_pools(self, live: Collection[PoolLimits]) -> None:
+        """A policy reload: shared pools whose limits no policy has now (`live`) serve what
+        they hold and close each connection as soon as nobody waits for it, rather than keep
+        them idle beside the new limits' pool (a cap lowered by a reload would otherwise be
+        exceeded until the old idle timeout); the others carry on. A client's own pools go
+        with their client (`release`)."""
+        now = self.now()
+        for pool_id, pool in list(self.pools.items()):
+            if pool_id[-1] is None:
+                self.run(pool, pool.retire(pool.limits not in live, now))
+
     def release(self, owner: str) -> None:
         """The client connection `owner` is gone: its own pools (`upstream: share: false`)
         close their connections and go."""
@@ -802,7 +813,7 @@ class Engine:
     def _pool(self, route: Route) -> HostPool:
         """The route's pool. After a reload that changes a policy's limits its requests go to a
         new pool; the old one serves what it has in flight and closes its connections as they
-        fall idle."""
+        fall idle (`retire_pools`)."""
         pool = self.pools.get(route.pool_id)
         if pool is None:
             pool = self.pools[route.pool_id] = HostPool(route.key, route.limits)

@@ -457,6 +457,8 @@ class HostPool:
         # (budget) While other workers wait for slots of the cap they share with this pool: a
         # cap below the limits' (set_ceiling), and connections to close once idle a while (lend).
         self._ceiling: int | None = None
+        # No policy's route has these limits since a reload (`retire`).
+        self._retired = False
         self._lend = 0
         self._lend_after = 0.0
         self._closed = False
@@ -865,6 +867,16 @@ class HostPool:
             actions.append(Reject(waiter_id, RejectReason.QUEUE_FULL))
         return actions
 
+    def retire(self, retired: bool, now: float) -> list[Action]:
+        """A policy reload: `retired`, no policy's route has these limits any more (new requests
+        go to the pool of their new limits). The requests already here are served; then every
+        connection closes as soon as nobody here waits for it (`OVER_LIMIT`: the reload took
+        these limits' cap to none), not at its idle timeout, so the origin never holds more
+        than the new cap for longer than the old pool's requests last. False: a reload brought
+        these limits back."""
+        self._retired = retired
+        return self._settle(now)
+
     def set_ceiling(self, ceiling: int | None, now: float) -> list[Action]:
         """(budget) Hold at most `ceiling` connections (connecting ones count), below the
         limits' cap; None: the limits' cap alone. As under a lowered cap, idle connections above
@@ -922,6 +934,9 @@ class HostPool:
         actions = self._expire_waiters(now)
         actions += self._close_unwanted(now)
         actions += self._serve_front(now)
+        if self._retired and not self._queue:
+            idle = [c for c in self._conns.values() if c.idle]
+            actions += [self._close(c, CloseReason.OVER_LIMIT) for c in idle]
         actions += self._lend_spare(now)
         if self._queue:
             actions += self._plan_for_waiters(now)

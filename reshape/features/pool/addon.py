@@ -14,10 +14,18 @@ from mitmproxy import http
 
 from reshape.features.destinations.rules import OwnAddressBook
 from reshape.features.pool.connection_auth import Pins, authenticates_connection
-from reshape.features.pool.routes import BROWSER_LIKE, Destination, pinned_route, route
+from reshape.features.pool.routes import (
+    BROWSER_LIKE,
+    Destination,
+    knobs_of,
+    limits_of,
+    pinned_route,
+    route,
+)
 from reshape.policy.chooser import selection_of
-from reshape.policy.schema import Policy, UpstreamKnobs
+from reshape.policy.schema import Policy, PolicyFile, UpstreamKnobs
 from reshape.upstream.engine import Route
+from reshape.upstream.pool import PoolLimits
 
 # Routes remembered (a route is the same for every request of one client connection to one
 # destination under one policy; building it was 1.8% of the pool's CPU per request in a burst
@@ -75,6 +83,13 @@ class PoolRouting:
             self._routes.clear()
         self._routes[key] = (policy, made)
         return made
+
+    def limits_of(self, policy_file: PolicyFile) -> set[PoolLimits]:
+        """The limits of the shared pools the file's policies route to (a client's own pools,
+        `share: false` or pinned, go with their client)."""
+        return {
+            limits_of(knobs_of(policy, self.defaults)) for policy in policy_file.policies.values()
+        }
 
     def route_for(self, flow: http.HTTPFlow) -> Route | None:
         request = flow.request

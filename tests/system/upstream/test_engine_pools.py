@@ -212,3 +212,22 @@ async def test_a_request_that_went_unanswered_and_cannot_go_again_says_what_beca
         listener.close()
         for filler in fillers:
             filler.close()
+
+
+@pytest.mark.asyncio
+async def test_a_reload_closes_the_idle_connections_of_pools_whose_limits_no_policy_has() -> None:
+    async with running(limits(connections=2)) as (engine, route, origin):
+        await asyncio.gather(fetch(engine, route, "/0.1/a"), fetch(engine, route, "/0.1/b"))
+        assert origin.open == 2
+        # The limits are still a policy's: the connections stay.
+        engine.retire_pools({route.limits})
+        await asyncio.sleep(0.1)
+        assert origin.open == 2
+        # Another cap for that origin now: the old pool's idle connections close at once,
+        # rather than at their idle timeout beside the new pool's.
+        lowered = dataclasses.replace(route, limits=limits(connections=1))
+        engine.retire_pools({lowered.limits})
+        await asyncio.sleep(0.1)
+        assert origin.open == 0
+        assert await fetch(engine, lowered, "/0/c") == b"c"
+        assert origin.open == 1 and route.pool_id not in engine.pools

@@ -1202,6 +1202,36 @@ def test_a_lowered_max_queue_rejects_the_newest() -> None:
     ]
 
 
+def test_a_pool_a_reload_retires_serves_what_it_holds_then_closes_each_connection_once_idle() -> (
+    None
+):
+    # A reload that changes a policy's limits sends its new requests to a new pool; the old one
+    # kept its idle connections until their idle timeout (60 s), beside the new pool's: 12
+    # connections to an origin whose cap had been 2 all along, after 6 reloads.
+    pool = make(max_connections=3, idle_timeout=300.0)
+    busy_h1(pool, 3)
+    pool.request_done(3, 103, 1.0, reusable=True)
+    assert pool.request(1, 1.0, idempotent=True) == [Assign(1, 3, REUSED, 0.0)]
+    assert pool.request(2, 1.0, idempotent=True) == []  # waits: all three are busy
+    assert pool.retire(True, 2.0) == []  # all busy, and a request waits
+    # The request waiting is served on the first connection that frees up; the next one to
+    # free up closes at once.
+    assert pool.request_done(1, 101, 3.0, reusable=True) == [Assign(2, 1, REUSED, 2.0)]
+    assert pool.request_done(2, 102, 3.0, reusable=True) == [Close(2, CloseReason.OVER_LIMIT)]
+    assert pool.request_done(3, 1, 4.0, reusable=True) == [Close(3, CloseReason.OVER_LIMIT)]
+    assert pool.request_done(1, 2, 4.0, reusable=True) == [Close(1, CloseReason.OVER_LIMIT)]
+    assert pool.active_connections == 0 and pool.next_deadline() is None
+    # Limits a reload brings back keep their connections as before.
+    kept = make(max_connections=2, idle_timeout=300.0)
+    busy_h1(kept, 2)
+    assert kept.retire(True, 1.0) == []
+    assert kept.retire(False, 1.0) == []
+    kept.request_done(1, 101, 2.0, reusable=True)
+    assert kept.tick(250.0) == [] and kept.active_connections == 2
+    # Idle already when retired: closed at once.
+    assert kept.retire(True, 251.0) == [Close(1, CloseReason.OVER_LIMIT)]
+
+
 # -- a ceiling below the cap (workers sharing the cap: reshape/upstream/budget/)
 
 
