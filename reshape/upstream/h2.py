@@ -6,7 +6,9 @@ flow-control windows. Received data gives the connection's window back as it arr
 stream's only when the client side has taken it, so a slow client throttles its own stream and
 nothing else: its unread data (at most a stream window) does not hold the connection's window
 that every other stream shares. What the connection keeps unread is bounded all the same: past
-UNREAD_LIMIT, the connection's window waits for the readers too.
+UNREAD_LIMIT the streams' windows shrink to SQUEEZED_STREAM_WINDOW (a SETTINGS frame), so that
+streams whose readers have stopped get nothing more while the others flow, a window of that size
+at a time; and past UNREAD_HARD_LIMIT the connection's window waits for the readers too.
 """
 
 from __future__ import annotations
@@ -68,6 +70,15 @@ CONNECTION_WINDOW = 16 << 20
 # streams (three readers holding a stream window each would, with the connection's window
 # given back on reads alone).
 UNREAD_LIMIT = 2 * CONNECTION_WINDOW
+# Past UNREAD_LIMIT each stream may receive this much beyond what its reader has taken (a
+# SETTINGS_INITIAL_WINDOW_SIZE of it), until what the connection holds unread is down to half
+# UNREAD_LIMIT. Without it, a dozen clients that stopped reading large downloads (each holding a
+# stream window, 72 MB) took the connection past UNREAD_LIMIT and its window with it: every
+# other client of the origin waited out the read timeout for a 502.
+SQUEEZED_STREAM_WINDOW = 256 << 10
+# Past this, arriving data no longer gives the connection's window back: what the origin sent
+# before it read the smaller windows, or an origin that ignores them, is bounded too.
+UNREAD_HARD_LIMIT = UNREAD_LIMIT + CONNECTION_WINDOW
 # Servers that announce no limit get this many concurrent streams from us.
 DEFAULT_MAX_STREAMS = 100
 # A request handed over waits at most this long (of the proxy's own work on other requests) for
@@ -502,6 +513,7 @@ class H2Upstream:
         if not self.closed:
             self.h2.acknowledge_stream_data(size, stream_id)
             self.h2.acknowledge_connection_data(owed)
+            self._unsqueeze()
             self._flush()
 
     def _drop_unread(self, response: H2Response) -> None:
@@ -512,9 +524,17 @@ class H2Upstream:
             self._unread -= size
             owed += owed_here
         response._chunks.clear()
-        if owed and not self.closed:
+        if not self.closed and (owed or self._unsqueeze()):
             self.h2.acknowledge_connection_data(owed)
             self._flush()
+
+    def _unsqueeze(self) -> bool:
+        """Streams get their full windows back once the readers have taken what the connection
+        held unread down to half UNREAD_LIMIT; True if they did now."""
+        if self.h2.stream_window == STREAM_WINDOW or self._unread > UNREAD_LIMIT // 2:
+            return False
+        self.h2.set_stream_window(STREAM_WINDOW)
+        return True
 
     def _cancel_stream(self, response: H2Response) -> None:
         if response.stream_id in self._streams and not self.closed:
@@ -614,11 +634,13 @@ class H2Upstream:
                 return
             size = event.flow_controlled_length
             self._unread += size
-            if self._unread <= UNREAD_LIMIT:
+            if self._unread <= UNREAD_HARD_LIMIT:
                 self.h2.acknowledge_connection_data(size)  # sent with this read's other frames
                 response._chunks.append((event.data, size, 0))
             else:
                 response._chunks.append((event.data, size, size))
+            if self._unread > UNREAD_LIMIT:
+                self.h2.set_stream_window(SQUEEZED_STREAM_WINDOW)  # once: then a no-op
             response._wake()
         elif type(event) is TrailersReceived:
             response = self._streams.get(event.stream_id)

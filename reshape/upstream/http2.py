@@ -315,6 +315,10 @@ class ClientConnection:
         self._empty_in_a_row = 0  # see MAX_EMPTY_FRAMES_IN_A_ROW
         self._owed_control = 0  # see MAX_OWED_CONTROL_FRAMES
         self._connection_unacknowledged = 0
+        # Our SETTINGS the origin has not acknowledged yet, in order: the cut each makes to the
+        # receive windows of the streams open when it was sent (up to the stream id given), due
+        # once the origin has it (`set_stream_window`).
+        self._settings_unacknowledged: collections.deque[tuple[int, int]] = collections.deque()
         self.receive_window = connection_window
         self.send_window = DEFAULT_WINDOW  # the connection's, as the origin allows
         # The origin's settings.
@@ -341,8 +345,34 @@ class ClientConnection:
         )
         self._out.append(PREFACE)
         self._frame(SETTINGS, 0, 0, settings)
+        self._settings_unacknowledged.append((0, 0))
         if self._connection_window > DEFAULT_WINDOW:
             self._window_update(0, self._connection_window - DEFAULT_WINDOW)
+
+    @property
+    def stream_window(self) -> int:
+        """The receive window each stream starts with, as we announce it."""
+        return self._stream_window
+
+    def set_stream_window(self, size: int) -> None:
+        """Announce `size` as each stream's receive window (SETTINGS_INITIAL_WINDOW_SIZE): streams
+        opened from now on start with it, and the windows of open streams move by the difference
+        (RFC 9113 §6.9.2), which may leave them below zero: the origin sends them nothing more
+        until their readers have taken enough. A raise counts at once; a cut once the origin
+        acknowledges the setting, as what it sent before reading it was within the old window."""
+        if not 0 <= size <= MAX_WINDOW:
+            raise ValueError(f"a stream window must be 0 to 2^31-1, not {size}")
+        delta = size - self._stream_window
+        if not delta or self.closed:
+            return
+        self._stream_window = size
+        self._frame(SETTINGS, 0, 0, _PAIR.pack(INITIAL_WINDOW_SIZE, size))
+        if delta > 0:
+            for stream in self.streams.values():
+                stream.receive_window += delta
+            self._settings_unacknowledged.append((0, 0))
+        else:
+            self._settings_unacknowledged.append((delta, self._next_stream_id - 2))
 
     def data_to_send(self) -> bytes:
         out = b"".join(self._out)
@@ -878,6 +908,11 @@ class ClientConnection:
         if flags & ACK:
             if payload:
                 raise ProtocolError("a SETTINGS acknowledgement with a payload", FRAME_SIZE_ERROR)
+            if self._settings_unacknowledged:
+                cut, last_stream_id = self._settings_unacknowledged.popleft()
+                for stream in self.streams.values():
+                    if stream.stream_id <= last_stream_id:
+                        stream.receive_window += cut
             return
         if len(payload) % 6:
             raise ProtocolError("a SETTINGS frame not a multiple of 6 bytes", FRAME_SIZE_ERROR)

@@ -423,9 +423,10 @@ async def test_slow_readers_do_not_stall_the_other_streams() -> None:
 
 
 async def test_what_a_connection_holds_unread_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Past UNREAD_LIMIT the connection's window waits for the readers too: slow readers make
-    # it buffer at most that plus one connection window.
-    monkeypatch.setattr(upstream_h2, "UNREAD_LIMIT", 1 << 20)
+    # Past UNREAD_HARD_LIMIT the connection's window waits for the readers too (here the
+    # origin has sent what the windows allowed before it read that they shrank): slow readers
+    # make it buffer at most that plus one connection window.
+    monkeypatch.setattr(upstream_h2, "UNREAD_HARD_LIMIT", 1 << 20)
     link = Link()
     responses = await four_responses_begun(link)
     await send_what_the_windows_allow(link, (1, 3, 5, 7))
@@ -437,6 +438,51 @@ async def test_what_a_connection_holds_unread_is_bounded(monkeypatch: pytest.Mon
     await link.settle()
     assert link.upstream._unread == 0
     assert link.server.outbound_flow_control_window > 0  # what nobody read came back
+
+
+async def test_many_slow_readers_shrink_the_windows_and_the_others_still_flow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A dozen clients that stopped reading large downloads (a stream window each, 72 MB) took
+    # the connection past UNREAD_LIMIT, and then its window stopped coming back: every other
+    # client of the origin waited out the read timeout for a 502. Past the limit the streams'
+    # windows shrink (SETTINGS_INITIAL_WINDOW_SIZE): the slow readers get nothing more, the
+    # connection's window keeps coming back, the others flow.
+    monkeypatch.setattr(upstream_h2, "UNREAD_LIMIT", 4 << 20)
+    link = Link()
+    responses = await four_responses_begun(link)
+    fill_windows(link.server, (1,))  # one slow reader: 6 MB unread, past the limit
+    await link.settle()
+    assert link.upstream.h2.stream_window == upstream_h2.SQUEEZED_STREAM_WINDOW
+    assert link.server.remote_settings.initial_window_size == upstream_h2.SQUEEZED_STREAM_WINDOW
+    await send_what_the_windows_allow(link, (3, 5))  # two more: a squeezed window each
+    unread = link.upstream._unread
+    assert unread <= (6 << 20) + 2 * upstream_h2.SQUEEZED_STREAM_WINDOW
+    assert link.server.outbound_flow_control_window > 0  # the connection's window came back
+    # The fourth stream flows, a squeezed window at a time as its reader takes it.
+    body = b"y" * (1 << 20)
+    sent = 0
+    got = b""
+    for _ in range(40):
+        room = min(link.server.local_flow_control_window(7), len(body) - sent)
+        for at in range(sent, sent + room, link.server.max_outbound_frame_size):
+            size = min(link.server.max_outbound_frame_size, sent + room - at)
+            link.server.send_data(7, body[at : at + size], end_stream=at + size == len(body))
+        sent += room
+        await link.settle()
+        while len(got) < sent:
+            got += await responses[3].read()
+        if sent == len(body):
+            break
+    assert got == body
+    # The slow readers take theirs: once the connection holds less than half the limit
+    # unread, the streams get their full windows back.
+    for response in responses[:3]:
+        response.abort()
+    await link.settle()
+    assert link.upstream._unread == 0
+    assert link.upstream.h2.stream_window == upstream_h2.STREAM_WINDOW
+    assert link.server.remote_settings.initial_window_size == upstream_h2.STREAM_WINDOW
 
 
 async def test_a_stream_refused_between_the_chunks_of_a_body_goes_back_to_the_pool() -> None:
@@ -499,7 +545,7 @@ async def test_a_streamed_body_stops_at_once_when_its_stream_is_gone(how: str) -
 async def test_a_kept_response_its_reader_abandons_gives_the_window_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(upstream_h2, "UNREAD_LIMIT", 0)  # every byte owed to the connection
+    monkeypatch.setattr(upstream_h2, "UNREAD_HARD_LIMIT", 0)  # every byte owed to the connection
     link, task = await upload_waiting_for_window()
     link.server.send_headers(1, [(b":status", b"413"), (b"content-length", b"4")])
     link.server.send_data(1, b"nope", end_stream=True)

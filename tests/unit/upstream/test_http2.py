@@ -948,3 +948,35 @@ def test_anything_an_origin_sends_gives_events_or_a_protocol_error(
     else:
         client.data_to_send()
         assert client.open_streams <= 2
+
+
+def test_a_cut_to_the_stream_window_counts_once_the_origin_has_it() -> None:
+    # SETTINGS_INITIAL_WINDOW_SIZE sent mid-connection (reshape/upstream/h2.py, past
+    # UNREAD_LIMIT): what the origin sent before reading it was within the old window and is
+    # no error; after its acknowledgement the open streams' windows are smaller by the cut, and
+    # streams opened after the setting start with the new window.
+    client = ClientConnection(
+        encoder=RequestHeadEncoder(), decoder=HeadDecoder(), stream_window=40_000
+    )
+    client.initiate()
+    client.receive_data(frame(4, 0, 0) + frame(4, 1, 0))  # its SETTINGS, and the preface's ACK
+    client.send_headers(1, HEAD, end_stream=True)
+    client.receive_data(_head([(b":status", b"200")]))
+    client.data_to_send()
+    client.set_stream_window(10_000)
+    assert frame(4, 0, 0, struct.pack(">HI", 0x4, 10_000)) in client.data_to_send()
+    client.send_headers(3, HEAD, end_stream=True)  # after the setting: 10,000 from the start
+    chunk = frame(0, 0, 1, b"x" * 16_000)
+    assert [type(e) for e in client.receive_data(chunk)] == [DataReceived]  # the old window
+    assert client.streams[1].receive_window == 24_000
+    assert client.streams[3].receive_window == 10_000
+    client.receive_data(frame(4, 1, 0))  # the origin has the setting
+    assert client.streams[1].receive_window == -6_000  # nothing more until its reader takes
+    assert client.streams[3].receive_window == 10_000
+    events = client.receive_data(frame(0, 0, 1, b"x"))
+    assert [type(e) for e in events] == [StreamReset] and events[0].error_code == FLOW_CONTROL_ERROR
+    # A raise counts at once.
+    client.set_stream_window(40_000)
+    assert client.streams[3].receive_window == 40_000
+    with pytest.raises(ValueError, match="stream window"):
+        client.set_stream_window(-1)
