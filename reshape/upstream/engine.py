@@ -690,7 +690,11 @@ class Engine:
         )
         if tls is not None:
             self.sessions.put(session_key(pool), tls.session)
-        self._remember_protocol(key, proto)
+        if pool.limits.http2 or proto is Proto.H2:
+            # A pool that never offered HTTP/2 (`http2: false`, a pinned client's) learns
+            # nothing of whether the origin speaks it: remembered as HTTP/1.1, every later
+            # burst to an HTTP/2 origin opened a connection per request.
+            self._remember_protocol(key, proto)
         self.run(
             pool,
             pool.connection_ready(record.conn_id, proto, self.now(), max_streams=max_streams),

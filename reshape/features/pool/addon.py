@@ -43,12 +43,12 @@ class PoolRouting:
         # The proxy's own addresses: every route's connections are checked against them and
         # against its policy's `destinations` once connected.
         self.own = own
-        # (destination, policy's identity, name, arm, client, client address, pinned) →
-        # (policy, route); the policy is kept so that its identity cannot be reused by another
-        # (a reload).
+        # (destination, policy's identity, name, arm, client, client address) → (policy, route);
+        # the policy is kept so that its identity cannot be reused by another (a reload).
         self._routes: dict[tuple[object, ...], tuple[Policy, Route]] = {}
-        # Client connections an origin has authenticated the connection of (NTLM, Negotiate).
-        self.pins = Pins()
+        # The routes of client connections that authenticate their origin connection (NTLM,
+        # Negotiate) to a destination.
+        self.pins: Pins[Route] = Pins()
 
     def route_to(
         self,
@@ -58,12 +58,8 @@ class PoolRouting:
         arm: str,
         client: str | None = None,
         client_address: str | None = None,
-        *,
-        pinned: bool = False,
     ) -> Route:
-        """`pinned`: the client connection `client` has a connection of its own to the
-        destination (connection_auth.py)."""
-        key = (destination, id(policy), policy_name, arm, client, client_address, pinned)
+        key = (destination, id(policy), policy_name, arm, client, client_address)
         known = self._routes.get(key)
         if known is not None and known[0] is policy:
             return known[1]
@@ -77,8 +73,6 @@ class PoolRouting:
             defaults=self.defaults,
             own=self.own,
         )
-        if pinned and client is not None:
-            made = pinned_route(made, client)
         if len(self._routes) >= ROUTES_KEPT:
             self._routes.clear()
         self._routes[key] = (policy, made)
@@ -100,20 +94,20 @@ class PoolRouting:
             request.scheme, request.host, request.port, flow.client_conn.sni
         )
         client = flow.client_conn.id
-        pinned = self.pins.pinned(client, destination)
-        if (
-            not pinned
-            and "authorization" in request.headers
-            and authenticates_connection(request.headers.get_all("authorization"))
-        ):
-            self.pins.pin(client, destination)
-            pinned = True
-        return self.route_to(
+        pinned = self.pins.route_of(client, destination)
+        if pinned is not None:
+            return pinned
+        made = self.route_to(
             destination,
             selection.policy,
             selection.policy_name,
             selection.arm,
             client=client,
             client_address=flow.client_conn.peername[0] if flow.client_conn.peername else None,
-            pinned=pinned,
         )
+        if "authorization" in request.headers and authenticates_connection(
+            request.headers.get_all("authorization")
+        ):
+            made = pinned_route(made, client)
+            self.pins.pin(client, destination, made)
+        return made

@@ -13,9 +13,14 @@ Squid pins a client connection to its server connection and nginx's `ntlm` keeps
 connection to one client: from that request on, its requests there go through a pool of its
 own (`Route.owner`, closed when the client connection goes) of one HTTP/1.1 connection, so
 that the handshake's steps and what follows share that connection and nobody else uses it. A
-shared connection never carries such a request, so it is never authenticated. The cost is the
-pinned client's: its requests to that origin take turns on one connection (HTTP/2 cannot carry
-these schemes at all: IIS refuses them with HTTP_1_1_REQUIRED).
+shared connection never carries such a request, so it is never authenticated.
+
+The costs: the pinned client's requests to that origin take turns on one connection (an
+HTTP/2 client's streams too: HTTP/2 cannot carry these schemes, IIS refuses them with
+HTTP_1_1_REQUIRED), a long one holding the others up to the queue timeout; and pinned
+connections are outside the per-host cap (`max_connections_per_host`, shared by workers),
+one per client connection and destination, as a proxy without a pool would open them: a
+client that sends such a field to any origin gets a connection of its own there.
 """
 
 from __future__ import annotations
@@ -41,30 +46,34 @@ def authenticates_connection(authorization: Iterable[str]) -> bool:
     return False
 
 
-class Pins:
-    """The client connections pinned to a destination (`pin`), as long as they are remembered
-    (PINS_KEPT): a client connection's id is never reused, so one that has gone is only
-    forgotten in its turn."""
+class Pins[R]:
+    """The route each client connection pinned to a destination keeps (`pin`): the one made
+    when it was pinned, whatever policy its later requests get (a reload, or an experiment's
+    arms with other knobs, would otherwise give it another pool, and a connection the origin
+    has not authenticated). Remembered while they are among the PINS_KEPT most recently used:
+    a client connection's id is never reused, so one that has gone is only forgotten in its
+    turn; one forgotten while it lives goes back to the shared pool, where its next request
+    without credentials gets the origin's 401 (its pinned connection stays its own, idle)."""
 
     def __init__(self, kept: int = PINS_KEPT) -> None:
         if kept < 1:
             raise ValueError(f"kept must be at least 1, not {kept}")
         self._kept = kept
-        self._pins: OrderedDict[tuple[str, Hashable], None] = OrderedDict()
+        self._pins: OrderedDict[tuple[str, Hashable], R] = OrderedDict()
 
-    def pin(self, client: str, destination: Hashable) -> None:
+    def pin(self, client: str, destination: Hashable, route: R) -> None:
         key = (client, destination)
-        self._pins[key] = None
+        self._pins[key] = route
         self._pins.move_to_end(key)
         while len(self._pins) > self._kept:
             self._pins.popitem(last=False)
 
-    def pinned(self, client: str, destination: Hashable) -> bool:
+    def route_of(self, client: str, destination: Hashable) -> R | None:
         key = (client, destination)
-        if key not in self._pins:
-            return False
-        self._pins.move_to_end(key)
-        return True
+        route = self._pins.get(key)
+        if route is not None:
+            self._pins.move_to_end(key)
+        return route
 
     def __len__(self) -> int:
         return len(self._pins)

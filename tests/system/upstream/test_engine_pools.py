@@ -13,7 +13,7 @@ import pytest
 
 from reshape.features.telemetry.engine_metrics import EngineMetrics
 from reshape.upstream.engine import Engine, QueueRejected, Route
-from reshape.upstream.pool import MAX_ATTEMPTS, MAX_FREE_GOES, PoolKey, PoolLimits
+from reshape.upstream.pool import MAX_ATTEMPTS, MAX_FREE_GOES, PoolKey, PoolLimits, Proto
 from reshape.upstream.types import UpstreamError, UpstreamRequest
 from tests.support.inprocess_engine import (
     HOST,
@@ -231,3 +231,17 @@ async def test_a_reload_closes_the_idle_connections_of_pools_whose_limits_no_pol
         assert origin.open == 0
         assert await fetch(engine, lowered, "/0/c") == b"c"
         assert origin.open == 1 and route.pool_id not in engine.pools
+
+
+@pytest.mark.asyncio
+async def test_a_pool_that_never_offers_http2_teaches_nothing_of_the_origins_protocol() -> None:
+    # A pinned client's pool (or a policy's `http2: false`) offers HTTP/1.1 alone: it
+    # recorded the origin as HTTP/1.1, and later pools to an HTTP/2 origin then opened a
+    # connection per request of a burst instead of one for all (a review's finding).
+    async with running(limits()) as (engine, route, _):
+        assert not route.limits.http2
+        assert await fetch(engine, route, "/0/a") == b"a"
+        assert route.key not in engine._protocols
+        offering = dataclasses.replace(route, limits=dataclasses.replace(route.limits, http2=True))
+        assert await fetch(engine, offering, "/0/b") == b"b"
+        assert engine._protocols[route.key] is Proto.H1  # offered h2, answered HTTP/1.1

@@ -36,25 +36,31 @@ def test_the_schemes_that_authenticate_a_connection(values: list[str], binds: bo
 
 
 def test_pins_are_remembered_least_recently_used_first_forgotten() -> None:
-    pins = Pins(kept=2)
-    pins.pin("a", "origin")
-    pins.pin("b", "origin")
-    assert pins.pinned("a", "origin")  # now the most recently used
-    pins.pin("c", "origin")
-    assert (pins.pinned("a", "origin"), pins.pinned("b", "origin")) == (True, False)
-    assert pins.pinned("c", "origin") and not pins.pinned("c", "elsewhere")
+    pins: Pins[str] = Pins(kept=2)
+    pins.pin("a", "origin", "route a")
+    pins.pin("b", "origin", "route b")
+    assert pins.route_of("a", "origin") == "route a"  # now the most recently used
+    pins.pin("c", "origin", "route c")
+    assert (pins.route_of("a", "origin"), pins.route_of("b", "origin")) == ("route a", None)
+    assert pins.route_of("c", "origin") == "route c" and pins.route_of("c", "elsewhere") is None
     assert len(pins) == 2
     with pytest.raises(ValueError, match="kept"):
         Pins(kept=0)
 
 
-def flow_of(client: str, url: str, authorization: str | None = None) -> http.HTTPFlow:
+def flow_of(
+    client: str,
+    url: str,
+    authorization: str | None = None,
+    policy: Policy = POOLED,
+    arm: str = "none",
+) -> http.HTTPFlow:
     flow = tflow.tflow()
     flow.client_conn.id = client
     flow.request.url = url
     if authorization is not None:
         flow.request.headers["Authorization"] = authorization
-    state_of(flow).selection = Selection("pooled", POOLED, "none")
+    state_of(flow).selection = Selection("pooled", policy, arm)
     return flow
 
 
@@ -80,3 +86,17 @@ def test_a_client_that_authenticates_its_connection_gets_one_of_its_own_from_the
     assert elsewhere is not None and elsewhere.owner is None
     basic = routing.route_for(flow_of("carol", "http://intranet.test/", "Basic YWxpY2U6c2VjcmV0"))
     assert basic is not None and basic.owner is None
+
+
+def test_a_pinned_client_keeps_its_connection_whatever_policy_its_later_requests_get() -> None:
+    # The pinned route was made anew from each request's policy: after a reload that changed
+    # any of its knobs, or under an experiment's other arm, the client got another pool of its
+    # own, with a connection the origin had not authenticated (a 401, or a handshake whose
+    # second step went where its first had not).
+    routing = PoolRouting()
+    pinned = routing.route_for(flow_of("alice", "http://intranet.test/", "NTLM TlRMTVNTUAAB"))
+    reloaded = Policy(upstream=UpstreamKnobs(max_connections_per_host=6, idle_timeout=61))
+    other_arm = Policy(upstream=UpstreamKnobs(queue_timeout=5))
+    for policy, arm in ((reloaded, "none"), (other_arm, "exp:b")):
+        later = routing.route_for(flow_of("alice", "http://intranet.test/x", None, policy, arm))
+        assert later is pinned
