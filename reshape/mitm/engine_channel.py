@@ -289,7 +289,11 @@ class EngineChannel:
         stream_id = exchange.stream_id
         method = exchange.request.data.method
         bodiless = method == b"HEAD" or response.status in (204, 304)
-        head = ResponseHeaders(stream_id, mitmproxy_response(response, method), end_stream=bodiless)
+        # HTTP/1.0 has no chunked coding (RFC 9112 §6.1): such a client reads to the close.
+        chunked = exchange.request.data.http_version != b"HTTP/1.0"
+        head = ResponseHeaders(
+            stream_id, mitmproxy_response(response, method, chunked=chunked), end_stream=bodiless
+        )
         batch: list[HttpEvent] = [head]
         ended = _take_arrived(response, stream_id, batch)
         if ended and len(batch) == 1 and not response.trailers:
@@ -500,13 +504,18 @@ def upstream_request(exchange: Exchange, body_stream: _BodyStream | None) -> Ups
     )
 
 
-def mitmproxy_response(response: UpstreamResponse, method: bytes) -> http.Response:
+def mitmproxy_response(
+    response: UpstreamResponse, method: bytes, *, chunked: bool = True
+) -> http.Response:
     """The origin's response head as mitmproxy's layers take one from an HTTP/1.1 server.
 
     Framing is the client side's business: hop-by-hop fields go; a body without a length is
     marked chunked, which mitmproxy's HTTP/1 server then uses (its HTTP/2 server drops the
-    field). An HTTP/2 origin may send a length and trailers both; when its head announces them
-    (a `Trailer` field) the length goes, so that they can follow the body to HTTP/1.1 clients.
+    field), unless the client takes no chunked body (`chunked=False`: an HTTP/1.0 client, RFC
+    9112 §6.1): then it goes as it is and mitmproxy's HTTP/1 server closes the connection at its
+    end (before, such a client read the chunks' framing as part of the body). An HTTP/2 origin
+    may send a length and trailers both; when its head announces them (a `Trailer` field) the
+    length goes, so that they can follow the body to HTTP/1.1 clients.
     A 204's length goes too (RFC 9110 §8.6: an HTTP/2 client refuses the stream), and so does a
     field whose value has a control character (§5.5), as in trailers: an HTTP/2 client refused
     the whole response for it."""
@@ -521,11 +530,11 @@ def mitmproxy_response(response: UpstreamResponse, method: bytes) -> http.Respon
         if name not in drop and not _FIELD_VALUE_FORBIDDEN.search(field[1])
     ]
     has_length = b"content-length" in lowered and b"content-length" not in drop
-    if has_length and b"trailer" in lowered and response.http_version == "HTTP/2":
+    if chunked and has_length and b"trailer" in lowered and response.http_version == "HTTP/2":
         headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]
         has_length = False
     bodiless = method == b"HEAD" or response.status in (204, 304) or response.status < 200
-    if not bodiless and not has_length:
+    if chunked and not bodiless and not has_length:
         headers.append((b"transfer-encoding", b"chunked"))
     reason = response.reason or status_codes.RESPONSES.get(response.status, "").encode()
     return http.Response(

@@ -28,6 +28,7 @@ from tests.support.scripted_origins import (
     InterimThenReadAllOrigin,
     PipelineBreakingOrigin,
     ReadCountingH2Origin,
+    ScriptedOrigin,
     SlowOrigin,
 )
 
@@ -530,3 +531,35 @@ def test_nginx_refusing_an_upload_before_its_body_is_answered_to_the_client(
         response = httpx.put(origin.url("/r0.bin"), content=body, proxy=proxy.proxy_url, timeout=60)
     assert direct.status_code == 413, direct.text
     assert response.status_code == direct.status_code, response.text
+
+
+class ReadToCloseOrigin(ScriptedOrigin):
+    """An HTTP/1.0 origin: its answer has no length, its body ends with the connection."""
+
+    BODY = b"A" * 5000
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + self.BODY)
+        await writer.drain()
+        writer.close()
+
+
+@pytest.mark.parametrize("policy", ["{max_connections_per_host: 2}", "{share: false}"])
+def test_an_http10_client_gets_a_body_without_a_length_unframed_to_the_close(
+    start_reshape: StartProxy, tmp_path: Path, policy: str
+) -> None:
+    # HTTP/1.0 has no chunked coding (RFC 9112 §6.1): such a client was sent the body chunked
+    # and read "1388\r\nAAAA...0\r\n\r\n", 5,013 bytes for 5,000 (mitmdump sends it as is).
+    with ReadToCloseOrigin("127.0.0.8") as origin:
+        proxy = start_reshape(policy=policy_file(tmp_path, policy))
+        host, port = proxy.proxy_url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as client:
+            client.sendall(f"GET {origin.url('/')} HTTP/1.0\r\n\r\n".encode())
+            answer = b""
+            while data := client.recv(65536):  # to the close, as an HTTP/1.0 client reads
+                answer += data
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert b"transfer-encoding" not in head.lower()
+    assert body == ReadToCloseOrigin.BODY

@@ -61,6 +61,19 @@ def test_a_length_the_connection_field_names_is_hop_by_hop_and_the_body_is_chunk
     assert list(kept.headers.fields) == [(b"Content-Length", b"4")]  # only h2's gives way
 
 
+def test_an_http10_client_gets_a_body_without_a_length_as_it_is() -> None:
+    # HTTP/1.0 has no chunked coding (RFC 9112 §6.1): such a client read the chunks' framing as
+    # part of the body. Unframed, mitmproxy's HTTP/1 server closes the connection at its end.
+    plain = mitmproxy_response(Answer(headers=[(b"X", b"1")]), b"GET", chunked=False)
+    assert list(plain.headers.fields) == [(b"X", b"1")]
+    # An HTTP/2 origin's length stays though it announces trailers: they cannot follow.
+    announced = Answer(
+        headers=[(b"content-length", b"4"), (b"trailer", b"digest")], http_version="HTTP/2"
+    )
+    kept = mitmproxy_response(announced, b"GET", chunked=False)
+    assert kept.headers.get("content-length") == "4" and "transfer-encoding" not in kept.headers
+
+
 def test_an_h2_length_gives_way_to_announced_trailers_and_stays_otherwise() -> None:
     announced = Answer(
         headers=[(b"content-length", b"4"), (b"trailer", b"digest")], http_version="HTTP/2"
