@@ -515,7 +515,8 @@ def mitmproxy_response(
     9112 §6.1): then it goes as it is and mitmproxy's HTTP/1 server closes the connection at its
     end (before, such a client read the chunks' framing as part of the body). An HTTP/2 origin
     may send a length and trailers both; when its head announces them (a `Trailer` field) the
-    length goes, so that they can follow the body to HTTP/1.1 clients.
+    length goes, so that they can follow the body to HTTP/1.1 clients (and, for an HTTP/1.0
+    client, so that reshape/features/trailers holds the body to promote them into the head).
     A 204's length goes too (RFC 9110 §8.6: an HTTP/2 client refuses the stream), and so does a
     field whose value has a control character (§5.5), as in trailers: an HTTP/2 client refused
     the whole response for it."""
@@ -530,7 +531,7 @@ def mitmproxy_response(
         if name not in drop and not _FIELD_VALUE_FORBIDDEN.search(field[1])
     ]
     has_length = b"content-length" in lowered and b"content-length" not in drop
-    if chunked and has_length and b"trailer" in lowered and response.http_version == "HTTP/2":
+    if has_length and b"trailer" in lowered and response.http_version == "HTTP/2":
         headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]
         has_length = False
     bodiless = method == b"HEAD" or response.status in (204, 304) or response.status < 200

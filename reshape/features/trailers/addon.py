@@ -84,8 +84,18 @@ def _has_body(flow: http.HTTPFlow) -> bool:
 
 
 def _may_end_with_trailers(response: http.Response) -> bool:
-    """Whether the origin may still send trailers after this head."""
-    return response.is_http2 or response.is_http3 or _is_chunked(response)
+    """Whether the origin may still send trailers after this head: an HTTP/2 or HTTP/3 one, a
+    chunked one, or one without a length. The engine's heads (reshape/mitm/engine_channel.py's
+    `mitmproxy_response`) all say HTTP/1.1 and mark a body without a length chunked, except
+    for an HTTP/1.0 client, which has no chunked coding: for it, no length is the only sign
+    (an HTTP/1.0 origin's body read to the close has none either: under PROMOTE it is held for
+    nothing, as a chunked body without trailers is)."""
+    return (
+        response.is_http2
+        or response.is_http3
+        or _is_chunked(response)
+        or "content-length" not in response.headers
+    )
 
 
 def _content_length(response: http.Response) -> int | None:

@@ -95,9 +95,11 @@ def parse_chunked(raw: bytes) -> tuple[bytes, dict[str, str]]:
     return bytes(body), trailers
 
 
-def curl_http11(proxy: RunningProxy, url: str, tmp_path: Path, *, te: bool) -> Received:
+def curl_http1(
+    proxy: RunningProxy, url: str, tmp_path: Path, *, te: bool, version: str = "1.1"
+) -> Received:
     head, out = tmp_path / "head.txt", tmp_path / "body.raw"
-    argv = ["curl", "-sS", "--http1.1", "--raw", "--proxy", proxy.proxy_url]
+    argv = ["curl", "-sS", f"--http{version}", "--raw", "--proxy", proxy.proxy_url]
     argv += ["--cacert", str(proxy.ca_cert), "-D", str(head), "-o", str(out), "--max-time", "60"]
     if te:
         argv += ["-H", "TE: trailers"]
@@ -185,10 +187,10 @@ def test_curl_http11_gets_trailers_only_with_te_trailers(
     proxy = start_reshape(policy=write_policy(tmp_path, PATHS[path]))
     for origin in origins.all:
         url = origin.url(f"/trailers?size={SIZE}")
-        with_te = curl_http11(proxy, url, tmp_path, te=True)
+        with_te = curl_http1(proxy, url, tmp_path, te=True)
         assert (with_te.status, with_te.body_sha256) == (200, body_sha256(SIZE)), origin.url("")
         assert with_te.trailers == {**ORIGIN_FIELDS, "x-checksum": body_sha256(SIZE)}, url
-        without = curl_http11(proxy, url, tmp_path, te=False)
+        without = curl_http1(proxy, url, tmp_path, te=False)
         assert (without.status, without.body_sha256) == (200, body_sha256(SIZE))
         assert without.trailers == {}, url
     # Each response also lost its Content-Type trailer, which is never passed on.
@@ -233,7 +235,7 @@ def test_strip_mode_sends_no_trailers_even_to_clients_that_take_them(
     knobs = ", ".join(filter(None, [PATHS[path], "trailers: {mode: strip}"]))
     proxy = start_reshape(policy=write_policy(tmp_path, knobs))
     url = origins.plain.url(f"/trailers?size={SIZE}")
-    assert curl_http11(proxy, url, tmp_path, te=True).trailers == {}
+    assert curl_http1(proxy, url, tmp_path, te=True).trailers == {}
     received = h2_get(proxy, origins.https_h2, f"/trailers?size={SIZE}")
     assert received.trailers == {} and received.body_sha256 == body_sha256(SIZE)
     assert proxy.metric("reshape_trailers_total", action="stripped") == 2
@@ -252,13 +254,40 @@ def test_a_50_mb_body_gets_its_content_digest_trailer_with_flat_memory(
     proxy = start_reshape(policy=write_policy(tmp_path, knobs))
     url = origins.plain.url(f"/trailers?size={size}&trailers=0")
     with RssPeak(proxy.process.pid) as rss:
-        received = curl_http11(proxy, url, tmp_path, te=True)
+        received = curl_http1(proxy, url, tmp_path, te=True)
     assert received.body_length == size
     assert received.body_sha256 == body_sha256(size)
     digest = base64.b64encode(bytes.fromhex(body_sha256(size))).decode()
     assert received.trailers == {"content-digest": f"sha-256=:{digest}:"}
     assert rss.peak - rss.before < 20 * 1024 * 1024, (rss.before, rss.peak)
     assert proxy.metric("reshape_trailers_total", action="synthesized") == 1
+    assert_no_crash(proxy)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", PATHS)
+def test_an_http10_client_gets_the_body_as_sent_and_promoted_fields_in_the_head(
+    path: str, origins: Origins, start_reshape: StartProxy, tmp_path: Path
+) -> None:
+    """HTTP/1.0 has no chunked coding (RFC 9112 §6.1: no Transfer-Encoding in a response to
+    it), so no trailer section, `TE: trailers` or not: the body comes as the origin sent it,
+    ended by the connection's close, and under `promote` the allowed fields come in its head.
+    Before, the pool's responses came chunked, the chunk sizes read as body."""
+    knobs = ", ".join(filter(None, [PATHS[path], "trailers: {mode: promote}"]))
+    proxy = start_reshape(policy=write_policy(tmp_path, knobs))
+    cases = [
+        (origins.plain, ""),
+        (origins.https_h1, ""),
+        (origins.https_h2, ""),
+        (origins.https_h2, "&length=1"),  # a length, and the trailers announced
+    ]
+    for origin, extra in cases:
+        url = origin.url(f"/trailers?size={SIZE}{extra}")
+        received = curl_http1(proxy, url, tmp_path, te=True, version="1.0")
+        assert "transfer-encoding" not in received.headers, url
+        assert (received.status, received.body_sha256) == (200, body_sha256(SIZE)), url
+        assert received.headers.get("server-timing") == ORIGIN_FIELDS["server-timing"], url
+    assert proxy.metric("reshape_trailers_total", action="promoted") == len(cases)
     assert_no_crash(proxy)
 
 

@@ -163,6 +163,20 @@ def test_promote_holds_a_small_body_and_moves_allowed_fields_into_the_head() -> 
     assert count("promote", "promoted") == before + 1
 
 
+def test_promote_holds_a_body_without_a_length_for_an_http10_client() -> None:
+    # The engine's head for an HTTP/1.0 client is neither chunked nor HTTP/2 (it has no
+    # chunked coding), whatever the origin: without a length, trailers may still follow.
+    before = count("promote", "promoted")
+    flow, addon, telemetry = exchange("promote.example", client="HTTP/1.0", chunked=None)
+    response = flow.response
+    assert response is not None
+    assert response.stream is False
+    finish(flow, addon, telemetry, ORIGIN_TRAILERS)
+    assert response.headers.get_all("set-cookie") == ["a=1"]
+    assert "transfer-encoding" not in response.headers and not response.trailers
+    assert count("promote", "promoted") == before + 1
+
+
 def test_promote_streams_a_body_above_the_limit_and_strips() -> None:
     before = count("promote", "stripped")
     flow, addon, telemetry = exchange(
