@@ -202,18 +202,14 @@ def _check_request_framing(
 
 
 def declared_length(headers: Sequence[tuple[bytes, bytes]]) -> int | None:
-    """The body length a message's `Content-Length` gives, None if it gives none, or none
-    that holds (a field repeated with another value, or not a number: RFC 9112 §6.3); a list
-    of one value repeated ("5, 5") is that value."""
-    values = {
-        part.strip(b" \t")
-        for name, value in headers
-        if name.lower() == b"content-length"
-        for part in value.split(b",")
-    }
-    if len(values) != 1:
+    """The body length a message's `Content-Length` gives, as a response's is read
+    (`_body_framing`): None if it gives none, or none that holds (values that disagree, one
+    that is not a number, a transfer coding beside it)."""
+    try:
+        state, length = _body_framing(b"HTTP/1.1", headers)
+    except ProtocolError:
         return None
-    return _parse_length(values.pop())
+    return length if state is _State.LENGTH_BODY else None
 
 
 def _parse_length(text: bytes) -> int | None:
@@ -581,7 +577,7 @@ def _keep_alive(version: bytes, headers: Fields) -> bool:
     return True
 
 
-def _body_framing(version: bytes, headers: Fields) -> tuple[_State, int]:
+def _body_framing(version: bytes, headers: Sequence[tuple[bytes, bytes]]) -> tuple[_State, int]:
     """RFC 9112 §6.3: how the body of a response that has one ends → (body state, length)."""
     codings = [v for n, v in headers if n.lower() == b"transfer-encoding"]
     lengths = [v for n, v in headers if n.lower() == b"content-length"]
