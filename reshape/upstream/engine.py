@@ -326,8 +326,7 @@ class Engine:
         self._routes: dict[HostPool, Route] = {}
         # Each pool's timer for its next deadline (queue and idle timeouts): (when, handle).
         self._timers: dict[HostPool, tuple[float, asyncio.TimerHandle]] = {}
-        # Connections open or connecting now (`ConnectionRecord.counted`), in all and per origin.
-        self._active = 0
+        # Connections open or connecting now (`ConnectionRecord.counted`), per origin.
         self._per_host: collections.Counter[PoolKey] = collections.Counter()
         self._protocols: OrderedDict[PoolKey, Proto] = OrderedDict()
         self._pipelining_broken: OrderedDict[PoolKey, None] = OrderedDict()
@@ -607,7 +606,6 @@ class Engine:
         if self.connections.pop((record.pool, record.conn_id), None) is not None:
             if record.counted:
                 record.counted = False
-                self._active -= 1
                 self._per_host[record.pool.key] -= 1
                 if self._per_host[record.pool.key] <= 0:
                     del self._per_host[record.pool.key]
@@ -633,7 +631,6 @@ class Engine:
         ):
             return
         record.counted = True
-        self._active += 1
         self._per_host[key] += 1
         self._connections_changed()
         tls = None
@@ -863,7 +860,8 @@ class Engine:
         return task
 
     def _connections_changed(self) -> None:
-        self.observer.connections_changed(self._active, max(self._per_host.values(), default=0))
+        per_host = self._per_host.values()
+        self.observer.connections_changed(sum(per_host), max(per_host, default=0))
 
     def _schedule(self, pool: HostPool) -> None:
         """Set the pool's timer at its next deadline (a queue or idle timeout), if it has one;
