@@ -269,7 +269,7 @@ class ProxyProcess:
 
     def _policy_changed(self, old: PolicyFile, new: PolicyFile) -> None:
         metrics.precreate(label_values(new))
-        self.engine.retire_pools(self.routing.limits_of(new))
+        self.engine.retire_pools(self.routing.shared_limits(new))
 
     async def start(self) -> ListenAddress:
         """Listen and run; a ReshapeError (e.g. port in use) if the listener cannot start."""

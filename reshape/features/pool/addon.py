@@ -78,7 +78,7 @@ class PoolRouting:
         self._routes[key] = (policy, made)
         return made
 
-    def limits_of(self, policy_file: PolicyFile) -> set[PoolLimits]:
+    def shared_limits(self, policy_file: PolicyFile) -> set[PoolLimits]:
         """The limits of the shared pools the file's policies route to (a client's own pools,
         `share: false` or pinned, go with their client)."""
         return {
