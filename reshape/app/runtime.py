@@ -86,6 +86,7 @@ from reshape.mitm.patches.origin_connect_timeout import OriginConnectTimeout
 from reshape.mitm.patches.origin_first_byte_timeout import OriginFirstByteTimeout
 from reshape.mitm.patches.request_framing import FrameRequests
 from reshape.mitm.patches.reuse_port import ListenWithReusePort
+from reshape.mitm.patches.server_first_tunnels import OpenSilentTunnels
 from reshape.mitm.patches.split_requests import ReportSplitRequests
 from reshape.mitm.patches.tls_record_sizes import SizeTlsRecords
 from reshape.mitm.patches.tunnel_passthrough import SendTunnelDataDirectly
@@ -227,6 +228,7 @@ class ProxyProcess:
                 ),
                 CarryHttp1Trailers(),
                 SendTunnelDataDirectly(),  # a CONNECT tunnel's bytes skip Http1Server's send
+                OpenSilentTunnels(),  # a tunnel to a server that speaks first gets its greeting
                 GuardHttp1Heads(
                     client_errors.report,
                     max_head_bytes=DEFAULT_MAX_HEAD_BYTES,

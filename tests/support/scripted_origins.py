@@ -25,7 +25,8 @@ from labkit.pki import IssuedCert
 
 
 class ScriptedOrigin:
-    """An origin on `host` (free port) whose `handle` coroutine plays each connection.
+    """An origin on `host` (a free port, unless `port` is set before entering) whose `handle`
+    coroutine plays each connection.
 
     With `tls` it is HTTPS, offering `alpn`. Connection errors in `handle` (the peer went away,
     or any of `QUIET_ERRORS`) end that connection quietly; leaving the context stops the server
@@ -64,7 +65,7 @@ class ScriptedOrigin:
             context.set_alpn_protocols(list(self.alpn))
         self._thread.start()
         self._server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._serve, self.host, 0, ssl=context), self._loop
+            asyncio.start_server(self._serve, self.host, self.port, ssl=context), self._loop
         ).result(5)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -140,6 +141,29 @@ class SlowOrigin(ScriptedOrigin):
         await reader.readuntil(b"\r\n\r\n")
         await asyncio.sleep(self.delay)
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\nslow")
+        await writer.drain()
+        writer.close()
+
+
+class GreetingOrigin(ScriptedOrigin):
+    """A service that speaks first, as SMTP does: a greeting, then `250 <line>` for each line it
+    reads, `221 bye` and the close for `QUIT`."""
+
+    GREETING = b"220 mail.test ESMTP ready\r\n"
+
+    def __init__(self, host: str, port: int = 0) -> None:
+        super().__init__(host)
+        self.port = port
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(self.GREETING)
+        await writer.drain()
+        while line := await reader.readline():
+            if line.strip() == b"QUIT":
+                writer.write(b"221 bye\r\n")
+                break
+            writer.write(b"250 " + line)
+            await writer.drain()
         await writer.drain()
         writer.close()
 
