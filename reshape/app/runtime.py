@@ -228,7 +228,8 @@ class ProxyProcess:
                 ),
                 CarryHttp1Trailers(),
                 SendTunnelDataDirectly(),  # a CONNECT tunnel's bytes skip Http1Server's send
-                OpenSilentTunnels(),  # a tunnel to a server that speaks first gets its greeting
+                # A tunnel to a server that speaks first gets its greeting; a silent one ends.
+                OpenSilentTunnels(client_errors.report, header_timeout=client_header_timeout),
                 GuardHttp1Heads(
                     client_errors.report,
                     max_head_bytes=DEFAULT_MAX_HEAD_BYTES,

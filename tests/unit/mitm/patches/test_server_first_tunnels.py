@@ -51,10 +51,21 @@ def wake(layer: DrivenLayer, out: list[commands.Command]) -> list[commands.Comma
     return layer.feed(events.Wakeup(timer))
 
 
+HEADER_TIMEOUT = 30.0
+
+
 @pytest.fixture
-def patched() -> Any:
-    with Patches([OpenSilentTunnels(silence=1.5)]):
-        yield
+def reported() -> Any:
+    """The client errors the patch reported, while it is installed."""
+    kinds: list[str] = []
+    patch = OpenSilentTunnels(kinds.append, header_timeout=HEADER_TIMEOUT, silence=1.5)
+    with Patches([patch]):
+        yield kinds
+
+
+@pytest.fixture
+def patched(reported: list[str]) -> Any:
+    return reported
 
 
 @pytest.mark.usefixtures("patched")
@@ -73,6 +84,38 @@ def test_a_silent_client_gets_the_greeting_after_the_wait() -> None:
     assert sent(out, server) == b"EHLO client.test\r\n"
 
 
+def test_a_tunnel_whose_origin_says_nothing_either_ends_at_the_header_timeout(
+    reported: list[str],
+) -> None:
+    layer = driven()
+    out = wake(layer, layer.from_client(connect(2525)))
+    server = server_of(out)
+    assert [t.delay for t in timers(out)] == [HEADER_TIMEOUT - 1.5]
+    out = wake(layer, out)
+    assert closed(out, server) and closed(out, layer.client)
+    assert reported == ["silent_connection"]
+
+
+def test_a_silent_tunnel_to_a_web_port_gets_no_origin_connection(reported: list[str]) -> None:
+    layer = driven()
+    out = layer.from_client(connect(443))
+    assert [t.delay for t in timers(out)] == [HEADER_TIMEOUT]
+    out = wake(layer, out)
+    assert opened(out) == []
+    assert closed(out, layer.client)
+    assert reported == ["silent_connection"]
+
+
+def test_a_client_that_leaves_before_the_wakeup_gets_no_origin_connection(
+    reported: list[str],
+) -> None:
+    layer = driven()
+    first = layer.from_client(connect(2525))
+    layer.feed(events.ConnectionClosed(layer.client))
+    assert wake(layer, first) == []
+    assert reported == []
+
+
 @pytest.mark.usefixtures("patched")
 def test_a_client_that_speaks_first_is_left_as_it_was() -> None:
     layer = driven()
@@ -81,7 +124,7 @@ def test_a_client_that_speaks_first_is_left_as_it_was() -> None:
     server = server_of(out)
     assert sent(out, server) == b"hello"
     out = wake(layer, first)
-    assert out == []  # nothing more opened, the wakeup taken by the stream
+    assert out == []  # nothing more opened: the wakeup went to a sink
     out = layer.feed(events.DataReceived(server, b"world"))
     assert sent(out, layer.client) == b"world"
     assert sent(layer.from_client(b"again"), server) == b"again"
@@ -108,9 +151,11 @@ def test_a_server_first_port_is_connected_before_the_answer() -> None:
     kinds = [type(c).__name__ for c in out if not isinstance(c, commands.StartHook)]
     assert kinds.index("OpenConnection") < kinds.index("SendData")  # connected, then the 200
     assert sent(out, layer.client).startswith(b"HTTP/1.1 200")
-    assert timers(out) == []
+    assert [t.delay for t in timers(out)] == [HEADER_TIMEOUT]  # only to end a silent one
+    first = out
     out = layer.feed(events.DataReceived(open_.connection, GREETING))
     assert sent(out, layer.client) == GREETING
+    assert wake(layer, first) == []
 
 
 @pytest.mark.usefixtures("patched")
@@ -135,7 +180,7 @@ def described(out: list[commands.Command], client: connection.Client) -> list[tu
 def test_the_eager_strategy_is_mitmproxys_own() -> None:
     unpatched = driven("eager")
     before = unpatched.from_client(connect(2525))
-    with Patches([OpenSilentTunnels()]):
+    with Patches([OpenSilentTunnels(print, header_timeout=HEADER_TIMEOUT)]):
         layer = driven("eager")
         after = layer.from_client(connect(2525))
     assert described(after, layer.client) == described(before, unpatched.client)
@@ -143,7 +188,7 @@ def test_the_eager_strategy_is_mitmproxys_own() -> None:
 
 
 def test_the_patch_goes_away_again() -> None:
-    with Patches([OpenSilentTunnels()]):
+    with Patches([OpenSilentTunnels(print, header_timeout=HEADER_TIMEOUT)]):
         pass
     out = driven().from_client(connect(2525))
     assert timers(out) == [] and opened(out) == []
