@@ -9,11 +9,14 @@ the request is put right once, before either path sees it.
 
 The rules, from RFC 9112 §3.2 / §3.2.2 and RFC 9110 §7.2 / §7.6.1 / §8.6:
 
-- `refusal`: the requests answered 400 and never forwarded — more than one Host field; an
+- `refusal`: the requests answered 400 (or 501) and never forwarded — more than one Host field; an
   HTTP/1.1 origin-form request without Host or with a Host that is no authority; a Content-Length
   beyond what any origin can count (2^63 - 1: a 64-bit origin would overflow, and read the body
   as another request); a Connection field that names Host, Content-Length or Transfer-Encoding
-  (a hop that obeyed would drop the framing: the body would become a request of its own).
+  (a hop that obeyed would drop the framing: the body would become a request of its own); and
+  501, as RFC 9112 §6.1 has a server answer a transfer coding it does not implement, for a body
+  sent with a coding before chunked (`gzip, chunked`): the engine frames bodies itself and would
+  have sent the gzip bytes on as if they were the body (nginx and Apache answer 501 too).
 - `with_host`: the Host an HTTP/1 request leaves with — the request-target's authority for an
   absolute-form request (the received Host is ignored), generated when missing (HTTP/1.0, or
   absolute-form), else the client's own.
@@ -87,14 +90,19 @@ def _tokens_of(values: Iterable[bytes]) -> set[bytes]:
 
 @dataclass(frozen=True)
 class Refusal:
-    """A request answered 400 and never forwarded: `kind` is its client error kind
-    (reshape/features/client_errors/rules.py), `message` one line for the client."""
+    """A request answered `status` and never forwarded: `kind` is its client error kind
+    (reshape/features/client_errors/rules.py; None: not the client's error), `message` one
+    line for the client."""
 
-    kind: str
+    kind: str | None
     message: str
+    status: int = 400
 
 
-_CHECKED = frozenset({b"host", b"content-length", b"connection"})
+_CHECKED = frozenset({b"host", b"content-length", b"connection", b"transfer-encoding"})
+# The transfer codings mitmproxy 12.2.3 lets a request have before chunked (net/http/validate.py;
+# it refuses every other list as smuggling). The engine frames bodies itself and would drop them.
+_CODED_AND_CHUNKED: Final = frozenset({b"compress,chunked", b"deflate,chunked", b"gzip,chunked"})
 
 
 def refusal(head: RequestHead) -> Refusal | None:
@@ -123,6 +131,12 @@ def refusal(head: RequestHead) -> Refusal | None:
     if named:
         names = b", ".join(sorted(named)).decode()
         return Refusal("smuggling", f"Connection header field names {names}.")
+    codings = found.get(b"transfer-encoding", ())
+    if len(codings) == 1 and b"content-length" not in found:
+        listed = re.sub(rb"[\t ]*,[\t ]*", b",", codings[0].strip().lower())
+        if listed in _CODED_AND_CHUNKED:
+            coding = listed.split(b",")[0].decode()
+            return Refusal(None, f"Transfer coding {coding} is not implemented.", 501)
     return None
 
 

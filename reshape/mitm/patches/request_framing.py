@@ -1,4 +1,4 @@
-"""Client request heads refused (400) or given the right Host before mitmproxy makes a flow.
+"""Client request heads refused (400, 501) or given the right Host before mitmproxy makes a flow.
 
 reshape/features/request_framing/rules.py decides; this patch applies the decisions where only
 mitmproxy's protocol layers can: the addon of the same feature handles the hop-by-hop fields.
@@ -34,8 +34,9 @@ class FrameRequests(Patch):
     Content-Length does) makes mitmproxy raise, while a buffered one waits for the whole body
     first. Here, on the head just parsed:
 
-    - HTTP/1 (`Http1Server.read_headers`): a refused head gets 400 and a close, before its body
-      is read and before any flow exists; an accepted one gets its Host set
+    - HTTP/1 (`Http1Server.read_headers`): a refused head gets 400 (a transfer coding before
+      chunked: 501) and a close, before its body is read and before any flow exists; an
+      accepted one gets its Host set
       (`rules.with_host`: the absolute-form target's authority, or, for an HTTP/1.0 request
       without Host inside a CONNECT tunnel, the tunnel's). A head mitmproxy already refused
       (its own 400) is left to it.
@@ -87,10 +88,11 @@ class FrameRequests(Patch):
                         commands_.close()
                         self.state = self.done
                         yield commands.SendData(
-                            self.conn, _http1.make_error_response(400, refused.message)
+                            self.conn, _http1.make_error_response(refused.status, refused.message)
                         )
                         yield commands.CloseConnection(self.conn)
-                        report(refused.kind)
+                        if refused.kind is not None:
+                            report(refused.kind)
                         return
                     request.headers.fields = tuple(with_host(head, _tunnel_authority(self)))
                 reply = yield command
@@ -106,7 +108,8 @@ class FrameRequests(Patch):
                 refused = _h2_refusal(event)
                 if refused is not None:
                     yield from _refuse_stream(self, event, refused)
-                    report(refused.kind)
+                    if refused.kind is not None:
+                        report(refused.kind)
                     return False
             return (yield from original(self, event))
 
@@ -146,7 +149,7 @@ def _refuse_stream(
     conn.send_headers(
         event.stream_id,
         [
-            (b":status", b"400"),
+            (b":status", str(refused.status).encode()),
             (b"content-type", b"text/plain; charset=utf-8"),
             (b"content-length", str(len(body)).encode()),
         ],

@@ -71,6 +71,30 @@ def test_refusals(request_head: RequestHead, kind: str | None) -> None:
     assert kinds(request_head) == kind
 
 
+@pytest.mark.parametrize("coding", ["gzip, chunked", "Deflate,chunked", "compress ,\tchunked"])
+def test_a_transfer_coding_before_chunked_is_not_implemented(coding: str) -> None:
+    refused = refusal(head(("Transfer-Encoding", coding)))
+    assert refused is not None
+    assert refused.status == 501 and refused.kind is None  # not the client's error
+    name = coding.split(",")[0].strip().lower()
+    assert refused.message == f"Transfer coding {name} is not implemented."
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        [("Transfer-Encoding", "chunked")],
+        # mitmproxy's own check refuses these as smuggling (400), after this one:
+        [("Transfer-Encoding", "gzip")],
+        [("Transfer-Encoding", "xchunked")],
+        [("Transfer-Encoding", "gzip, chunked"), ("Content-Length", "3")],
+        [("Transfer-Encoding", "gzip, chunked"), ("Transfer-Encoding", "chunked")],
+    ],
+)
+def test_other_transfer_encodings_are_left_to_mitmproxy(fields: list[tuple[str, str]]) -> None:
+    assert refusal(head(*fields)) is None
+
+
 def hosts(fields: list[tuple[bytes, bytes]]) -> list[bytes]:
     return [value for name, value in fields if name.lower() == b"host"]
 
