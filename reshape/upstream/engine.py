@@ -216,6 +216,8 @@ class ConnectionRecord:
         self.counted = False
         self.counts_shared = 0  # (budget) its origin's requests per connection, told others
         self.closed_for: CloseReason | None = None  # the pool closed it, for this reason
+        # The origin sent a response nobody asked for after requests were pipelined here.
+        self.mangled_pipeline = False
 
     # ConnectionListener
 
@@ -256,12 +258,16 @@ class ConnectionRecord:
             ),
         )
 
-    def out_of_turn(self) -> None:
+    def out_of_turn(self, *, pipelined: bool) -> None:
         self.engine.observer.out_of_turn()
         log.warning(
             "%s sent data while no request was outstanding: connection closed",
             _describe(self.pool.key),
         )
+        # An extra response on a pipeline is read as the next request's, whoever sent it: the
+        # requests behind may have had each other's answers. Never again here (the loss,
+        # reported next, settles the pool with pipelining off).
+        self.mangled_pipeline = self.mangled_pipeline or pipelined
 
     def max_streams_changed(self, max_streams: int) -> None:
         self.engine.run(
@@ -289,6 +295,8 @@ class ConnectionRecord:
             and waiter.mailbox.holds_assign(self.conn_id)
         ]
         broken_before = self.pool.pipelining_broken
+        if self.mangled_pipeline:
+            self.pool.pipelining_broken = True
         actions = self.pool.connection_lost(
             self.conn_id,
             self.engine.now(),
@@ -298,15 +306,21 @@ class ConnectionRecord:
             never_sent=untaken,
         )
         if self.pool.pipelining_broken and not broken_before:
-            self.engine.remember_pipelining_broken(self.pool.key)
-            self.engine.observer.pipelining_disabled()
-            if self.engine.budget is not None:  # (budget) the other workers learn it too
-                self.engine.budget.pipelining_broke(self.pool.key)
-            log.warning(
-                "%s closed a pipeline without warning: no longer pipelining to it",
-                _describe(self.pool.key),
+            self._pipelining_broke(
+                "sent a response nobody asked for on a pipeline"
+                if self.mangled_pipeline
+                else "closed a pipeline without warning"
             )
         self.engine.run(self.pool, actions)
+
+    def _pipelining_broke(self, how: str) -> None:
+        """The pool has just stopped pipelining to this origin: remembered for its next pools,
+        counted, told to the other workers."""
+        self.engine.remember_pipelining_broken(self.pool.key)
+        self.engine.observer.pipelining_disabled()
+        if self.engine.budget is not None:  # (budget) the other workers learn it too
+            self.engine.budget.pipelining_broke(self.pool.key)
+        log.warning("%s %s: no longer pipelining to it", _describe(self.pool.key), how)
 
 
 class Engine:

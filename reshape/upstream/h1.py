@@ -109,6 +109,9 @@ class H1Upstream:
         self.closed = False
         self._lost_reported = False
         self.requests_sent = 0
+        # Requests were in flight behind another here: an extra response from the origin may
+        # have been read as the next request's (out of turn, below).
+        self.pipelined = False
         self.first_sent: int | None = None  # the waiter whose request went out first
         self._terms = keep_alive.Terms()  # what the origin says of the connection's life
         self._broken: UpstreamError | None = None
@@ -125,7 +128,7 @@ class H1Upstream:
         response): the connection is out of step, and whatever it sends next could be handed to
         the wrong request. It closes; nothing it sent is delivered."""
         if not self.line and not self.closed:
-            self.listener.out_of_turn()
+            self.listener.out_of_turn(pipelined=self.pipelined)
             self._lost(UpstreamError("the origin sent data while no request was outstanding"))
 
     async def exchange(self, waiter_id: int, request: UpstreamRequest) -> H1Response:
@@ -183,8 +186,10 @@ class H1Upstream:
         self.line.append(response)
         if len(self.line) == 1:
             response.turn.set()
-        elif self._stall_watch is None:
-            self._watch_stall(self._progress)
+        else:
+            self.pipelined = True
+            if self._stall_watch is None:
+                self._watch_stall(self._progress)
         self.reader.expect(request.method)
         self.requests_sent += 1
         try:
@@ -432,7 +437,7 @@ class H1Upstream:
         elif kept and (self._broken is not None or self._events or self.wire.has_data):
             # More than the response came before any other request was sent: out of turn. Told
             # first: the pool, told next that the response is done, closes the connection.
-            self.listener.out_of_turn()
+            self.listener.out_of_turn(pipelined=self.pipelined)
             self.listener.request_done(response.waiter_id, False)
             self._lost(UpstreamError("the origin sent more than the response"))
             return

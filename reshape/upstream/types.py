@@ -198,9 +198,10 @@ class ConnectionListener(Protocol):
     def max_streams_changed(self, max_streams: int) -> None:
         """HTTP/2: the server changed how many streams it takes at once."""
 
-    def out_of_turn(self) -> None:
+    def out_of_turn(self, *, pipelined: bool) -> None:
         """HTTP/1.1: the origin sent data while no request was outstanding; the connection
-        closes (its loss is reported next)."""
+        closes (its loss is reported next). `pipelined`: requests were pipelined on it, so an
+        extra response may have been taken for the next one's."""
 
     def goaway(self) -> None:
         """HTTP/2: the server takes no new streams on this connection."""

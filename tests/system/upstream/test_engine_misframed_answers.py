@@ -24,9 +24,17 @@ CREATED = b"HTTP/1.1 201 Created\r\nContent-Length: 7\r\n\r\ncreated"
 class CountingObserver(EngineObserver):
     def __init__(self) -> None:
         self.out_of_turn_count = 0
+        self.pipelining_disabled_count = 0
+        self.assigned: list[str] = []  # each request's connection kind, in order
 
     def out_of_turn(self) -> None:
         self.out_of_turn_count += 1
+
+    def pipelining_disabled(self) -> None:
+        self.pipelining_disabled_count += 1
+
+    def request_assigned(self, labels: object, kind: str, waited: float, **_: object) -> None:
+        self.assigned.append(kind)
 
 
 class MisframingOrigin:
@@ -159,3 +167,33 @@ async def test_garbage_in_a_pipelined_answers_place_is_its_answer_and_it_is_sent
         with pytest.raises(UpstreamError, match="invalid status line"):
             await second
     assert origin.requests == [(1, "GET", "/a"), (1, "GET", "/b")]
+
+
+async def test_a_response_nobody_asked_for_on_a_pipeline_ends_pipelining_to_that_origin() -> None:
+    """The origin answers two pipelined GETs (two clients' requests, in a shared pool) with
+    three responses in one write. The second request takes the extra one for its own: on a
+    pipeline nothing tells them apart. The third is out of turn: the connection closes, and no
+    request is pipelined to that origin again, so one such answer can misroute responses once,
+    not for as long as the origin keeps sending them."""
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    extra = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nextra"
+    origin = MisframingOrigin(ok + extra + ok, pipelined=True)
+    async with engine_to(origin, connections=1, pipeline_depth=4) as (engine, route, observer):
+        first = asyncio.ensure_future(engine.exchange(route, request(b"GET", b"/a")))
+        await asyncio.sleep(0)  # the first request takes the connection; the second pipelines
+        second = asyncio.ensure_future(engine.exchange(route, request(b"GET", b"/b")))
+        assert await body(await first) == b"ok"
+        assert await body(await second) == b"extra"
+        await asyncio.sleep(0.05)
+        assert observer.out_of_turn_count == 1
+        assert observer.pipelining_disabled_count == 1
+        assert engine.breaks_pipelining(route.key)
+        assert observer.assigned == ["new", "pipelined"]
+        later = [
+            asyncio.ensure_future(engine.exchange(route, request(b"GET", f"/{n}".encode())))
+            for n in range(3)
+        ]
+        for answer in later:
+            assert await body(await answer) == b"created"
+        assert "pipelined" not in observer.assigned[2:], observer.assigned
+    assert [target for _, _, target in origin.requests] == ["/a", "/b", "/0", "/1", "/2"]

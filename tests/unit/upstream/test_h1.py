@@ -23,7 +23,7 @@ class Books:
         self.told: list[tuple[object, ...]] = []
         self.terms: list[tuple[float | None, int | None]] = []  # each request_done's
 
-    def out_of_turn(self) -> None:
+    def out_of_turn(self, *, pipelined: bool) -> None:
         self.told.append(("out of turn",))
 
     def unanswered(self, waiter_ids: list[int], *, never_sent: bool = False) -> None:

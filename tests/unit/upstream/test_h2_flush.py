@@ -35,7 +35,7 @@ class Books:
     def max_streams_changed(self, max_streams: int) -> None:
         pass
 
-    def out_of_turn(self) -> None:
+    def out_of_turn(self, *, pipelined: bool) -> None:
         pass
 
     def goaway(self) -> None:
