@@ -46,6 +46,8 @@ class EngineServer(connection.Server):
     `ConnectionHandler`: there is nothing to wait for (reshape/mitm/patches/inline_hooks.py)."""
 
     open_in_place: Callable[[Any], None] | None = None
+    # Its EngineChannel (reshape/mitm/engine_channel.py), set by the engine join.
+    channel: Any = None
 
 
 @dataclass

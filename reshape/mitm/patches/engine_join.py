@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
@@ -59,6 +58,8 @@ Router = Callable[[http.HTTPFlow], Route | None]
 # Never equal to a request's `via` (None, or an upstream proxy's spec), so mitmproxy's own
 # connection reuse never picks an EngineServer.
 ENGINE_VIA: server_spec.ServerSpec = ("http", ("reshape-engine.invalid", 0))
+# An HttpLayer's EngineServers by (address, tls), in the layer's own __dict__.
+_SERVERS = "_reshape_engine_servers"
 
 
 class JoinEngine(Patch):
@@ -68,13 +69,6 @@ class JoinEngine(Patch):
         super().__init__()
         self.engine = engine
         self.router = router
-        # Per HttpLayer: its EngineServers by (address, tls).
-        self._servers: weakref.WeakKeyDictionary[
-            HttpLayer, dict[tuple[Any, bool], EngineServer]
-        ] = weakref.WeakKeyDictionary()
-        self._channels: weakref.WeakKeyDictionary[EngineServer, EngineChannel] = (
-            weakref.WeakKeyDictionary()
-        )
 
     def replacements(self) -> Iterable[Replacement]:
         yield from self._get_connection()
@@ -95,7 +89,10 @@ class JoinEngine(Patch):
                 return (yield from original(self, event, reuse=reuse))
             state = state_of(flow)
             state.route, state.pooled = route, True
-            servers = join._servers.setdefault(self, {})
+            # Kept on the layer, as the channel on its server: they live as long as the client
+            # connection. (They were in weak-keyed dictionaries whose values held their keys,
+            # so nothing of a client connection was ever freed: ~100 KB per HTTPS client.)
+            servers: dict[tuple[Any, bool], EngineServer] = self.__dict__.setdefault(_SERVERS, {})
             key = (event.address, event.tls)
             engine_server = servers.get(key)
             if engine_server is not None and engine_server.connected:
@@ -112,7 +109,7 @@ class JoinEngine(Patch):
             servers[key] = engine_server
             context = self.context.fork()
             context.server = engine_server
-            channel = join._channels[engine_server] = EngineChannel(
+            channel = engine_server.channel = EngineChannel(
                 join.engine, engine_server, lambda stream_id: _client_backlog(self, stream_id)
             )
             engine_server.open_in_place = lambda handler: _open(engine_server, channel, handler)
@@ -127,11 +124,10 @@ class JoinEngine(Patch):
 
     def _open_connection(self) -> Iterable[Replacement]:
         original = server.ConnectionHandler.open_connection
-        join = self
 
         async def open_connection(self: server.ConnectionHandler, command: Any) -> None:
             engine_server = command.connection
-            channel = join._channels.get(engine_server)
+            channel = getattr(engine_server, "channel", None)
             if not isinstance(engine_server, EngineServer) or channel is None:
                 return await original(self, command)
             cancelled: asyncio.CancelledError | None = None
