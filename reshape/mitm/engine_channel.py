@@ -258,16 +258,16 @@ class EngineChannel:
         try:
             response = await self.engine.exchange(route, request)
         except QueueRejected as e:
-            await self._answer(stream_id, state, 503, str(e), "rejected", e.retry_after)
+            await self._answer(exchange, state, 503, str(e), "rejected", e.retry_after)
             return
         except DestinationRefused as e:
-            await self._answer(stream_id, state, 403, str(e), "rejected")
+            await self._answer(exchange, state, 403, str(e), "rejected")
             return
         except FirstByteTimeout as e:
-            await self._answer(stream_id, state, 504, str(e), "upstream_error")
+            await self._answer(exchange, state, 504, str(e), "upstream_error")
             return
         except UpstreamError as e:
-            await self._answer(stream_id, state, 502, str(e), "upstream_error")
+            await self._answer(exchange, state, 502, str(e), "upstream_error")
             return
         state.assignment = request.assignment
         try:
@@ -343,14 +343,17 @@ class EngineChannel:
 
     async def _answer(
         self,
-        stream_id: int,
+        exchange: Exchange,
         state: FlowState,
         status: int,
         message: str,
         outcome: str,
         retry_after: int | None = None,
     ) -> None:
-        """Answer for the origin: the engine could not get a response (503, 403, 504, 502)."""
+        """Answer for the origin: the engine could not get a response (503, 403, 504, 502).
+        To a HEAD request, the head alone (RFC 9110 §9.3.2): an HTTP/1.1 client would read the
+        message as the start of its next response."""
+        stream_id = exchange.stream_id
         state.outcome = outcome
         body = f"reshape: {message}\n".encode()
         headers = [
@@ -369,14 +372,13 @@ class EngineChannel:
             time.time(),
             None,
         )
-        await self._inject(
-            stream_id,
-            [
-                ResponseHeaders(stream_id, response, end_stream=False),
-                ResponseData(stream_id, body),
-                ResponseEndOfMessage(stream_id),
-            ],
-        )
+        if exchange.request.data.method == b"HEAD":
+            answer: list[HttpEvent] = [ResponseHeaders(stream_id, response, end_stream=True)]
+        else:
+            answer = [ResponseHeaders(stream_id, response, end_stream=False)]
+            answer.append(ResponseData(stream_id, body))
+        answer.append(ResponseEndOfMessage(stream_id))
+        await self._inject(stream_id, answer)
 
     async def _inject(self, stream_id: int, http_events: list[HttpEvent]) -> bool:
         """Hand events for the stream to the client connection's layers; False if the stream

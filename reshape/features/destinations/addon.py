@@ -32,6 +32,7 @@ from mitmproxy.proxy import server_hooks
 
 from reshape.base.addresses import ListenAddress
 from reshape.base.flowstate import state_of
+from reshape.base.own_answers import answer_to
 from reshape.features.destinations.rules import (
     IPAddress,
     OwnAddressBook,
@@ -194,7 +195,7 @@ class Destinations:
             if reason is not None:
                 message = refusal_message(reason, ip, port, selection.policy_name, host)
                 self._refused(selection, reason, message)
-                flow.response = forbidden(message)
+                flow.response = answer_to(flow.request, forbidden(message))
                 state_of(flow).outcome = "rejected"
                 # A body that would have streamed to the origin is read and dropped instead:
                 # mitmproxy cannot stream a request body and answer it locally at once.

@@ -23,6 +23,7 @@ import time
 from mitmproxy import http, tls
 
 from reshape.base.addresses import ListenAddress
+from reshape.base.own_answers import answer_to
 from reshape.features.onboarding.site import OnboardingSite, reachable_at
 
 log = logging.getLogger("reshape.onboarding")
@@ -87,12 +88,10 @@ class Onboarding:
         )
         if reply is None:
             paths = " ".join(self.site.paths)
-            flow.response = _text(404, f"reshape onboarding: not found; try {paths}\n")
+            flow.response = answer_to(
+                flow.request, _text(404, f"reshape onboarding: not found; try {paths}\n")
+            )
             return
         response = http.Response.make(reply.status, reply.body, reply.headers)
         response.headers["Cache-Control"] = "no-store"
-        if method == "HEAD":
-            # The GET's length, no body (RFC 9110 9.3.2).
-            response.content = b""
-            response.headers["Content-Length"] = str(len(reply.body))
-        flow.response = response
+        flow.response = answer_to(flow.request, response)

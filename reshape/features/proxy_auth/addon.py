@@ -33,6 +33,7 @@ from weakref import WeakKeyDictionary
 from mitmproxy import connection, http
 
 from reshape.base.flowstate import state_of
+from reshape.base.own_answers import answer_to
 from reshape.features.proxy_auth.users import FileStamp, Users, UsersFileError, load_users, stamp_of
 from reshape.features.telemetry import metrics
 
@@ -136,7 +137,7 @@ class ProxyAuthentication:
 
     def _fail(self, flow: http.HTTPFlow, failure: Failure) -> None:
         metrics.proxy_auth_failures_total.labels(failure).inc()
-        flow.response = proxy_auth_required()
+        flow.response = answer_to(flow.request, proxy_auth_required())
         state_of(flow).outcome = "rejected"
         # A body that would have streamed to the origin is read and dropped instead: mitmproxy
         # cannot stream a request body and answer it locally at once.
