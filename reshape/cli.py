@@ -119,6 +119,15 @@ def _parser() -> argparse.ArgumentParser:
         "(default %(default)s)",
     )
     run.add_argument(
+        "--client-idle-timeout",
+        type=float,
+        default=defaults.DEFAULT_CLIENT_IDLE_TIMEOUT,
+        metavar="S",
+        help="an exchange whose client sends none of its request body and takes none of its "
+        "response for S seconds ends (400, or the response cut off), so that a stalled client "
+        "gives back its origin connection (default %(default)s)",
+    )
+    run.add_argument(
         "--origin-connect-timeout",
         type=float,
         default=defaults.DEFAULT_ORIGIN_CONNECT_TIMEOUT,
@@ -272,7 +281,12 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         raise UsageError(f"--log-format / RESHAPE_LOG_FORMAT: expected one of {', '.join(FORMATS)}")
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")
-    for option in ("client_header_timeout", "origin_connect_timeout", "origin_read_timeout"):
+    for option in (
+        "client_header_timeout",
+        "client_idle_timeout",
+        "origin_connect_timeout",
+        "origin_read_timeout",
+    ):
         if not getattr(args, option) > 0:
             flag = "--" + option.replace("_", "-")
             raise UsageError(f"{flag} must be positive, got {getattr(args, option)}")
@@ -307,6 +321,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         request_log=args.request_log,
         users=users,
         client_header_timeout=args.client_header_timeout,
+        client_idle_timeout=args.client_idle_timeout,
         origin_connect_timeout=args.origin_connect_timeout,
         origin_read_timeout=args.origin_read_timeout,
         log_level=args.log_level,

@@ -8,7 +8,10 @@ from pathlib import Path
 
 from reshape.app.logs import LogFormat
 from reshape.base.addresses import ListenAddress, Network
-from reshape.features.client_errors.rules import DEFAULT_HEADER_TIMEOUT
+from reshape.features.client_errors.rules import (
+    DEFAULT_CLIENT_IDLE_TIMEOUT,
+    DEFAULT_HEADER_TIMEOUT,
+)
 from reshape.policy.schema import UpstreamKnobs
 
 # mitmproxy's own origin connections (policies without `upstream:`) get the pool's defaults.
@@ -42,6 +45,8 @@ class RunConfig:
     users: Path | None = None
     # A client must finish each request head within this many seconds (408 and close).
     client_header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    # An exchange whose client neither sends nor takes anything this long ends.
+    client_idle_timeout: float = DEFAULT_CLIENT_IDLE_TIMEOUT
     # mitmproxy's own origin connections: connect (else 502) and response-head (else 504)
     # timeouts; pooled requests take theirs from their policy's `upstream:`.
     origin_connect_timeout: float = DEFAULT_ORIGIN_CONNECT_TIMEOUT

@@ -34,7 +34,11 @@ from reshape.base.addresses import ListenAddress, Network
 from reshape.base.errors import ReshapeError
 from reshape.features.client_access.addon import ClientAccess
 from reshape.features.client_errors.addon import ClientErrors
-from reshape.features.client_errors.rules import DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_HEAD_BYTES
+from reshape.features.client_errors.rules import (
+    DEFAULT_CLIENT_IDLE_TIMEOUT,
+    DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_MAX_HEAD_BYTES,
+)
 from reshape.features.client_errors.silent_clients import SilentClients
 from reshape.features.destinations.addon import Destinations, own_addresses
 from reshape.features.early_hints.addon import EarlyHints
@@ -154,6 +158,7 @@ class ProxyProcess:
         request_log: Path | None = None,
         log_requests: bool = False,
         client_header_timeout: float = DEFAULT_HEADER_TIMEOUT,
+        client_idle_timeout: float = DEFAULT_CLIENT_IDLE_TIMEOUT,
         origin_timeouts: tuple[float, float] = (
             DEFAULT_ORIGIN_CONNECT_TIMEOUT,
             DEFAULT_ORIGIN_READ_TIMEOUT,
@@ -243,7 +248,7 @@ class ProxyProcess:
                 FinishConnectionTeardown(),  # a flood's close used to leave its socket open
                 # Requests to the engine, in process; the rest (upgrades) on mitmproxy's own
                 # connections, which get the engine's kind of timeouts too.
-                JoinEngine(self.engine, self.routing.route_for),
+                JoinEngine(self.engine, self.routing.route_for, client_idle_timeout),
                 HoldHttp2Output(),  # an engine answer's frames to an HTTP/2 client: one write
                 OriginConnectTimeout(origin_timeouts[0]),
                 OriginFirstByteTimeout(origin_timeouts[1]),

@@ -68,6 +68,7 @@ def proxy_process(
         request_log=config.request_log,
         log_requests=config.log_requests,
         client_header_timeout=config.client_header_timeout,
+        client_idle_timeout=config.client_idle_timeout,
         origin_timeouts=(config.origin_connect_timeout, config.origin_read_timeout),
     )
 
@@ -126,6 +127,7 @@ def worker_config() -> RunConfig:
         request_log=Path(data["request_log"]) if data["request_log"] else None,
         users=Path(data["users"]) if data.get("users") else None,
         client_header_timeout=data["client_header_timeout"],
+        client_idle_timeout=data["client_idle_timeout"],
         origin_connect_timeout=data["origin_connect_timeout"],
         origin_read_timeout=data["origin_read_timeout"],
         log_level=data["log_level"],

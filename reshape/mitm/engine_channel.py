@@ -49,6 +49,7 @@ from mitmproxy.proxy.layers.http._events import (
 )
 
 from reshape.base.flowstate import FlowState, state_of
+from reshape.features.client_errors.rules import CLIENT_IDLE, DEFAULT_CLIENT_IDLE_TIMEOUT
 from reshape.mitm.engine_client import (
     EngineResponses,
     EngineServer,
@@ -87,15 +88,21 @@ _FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _FIELD_VALUE_FORBIDDEN = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
 
+class ClientStalled(Exception):
+    """The client has taken none of its response for the client idle timeout."""
+
+
 class _BodyStream:
     """A streamed request body: filled by the layer, read by the engine as it sends (it is its
-    own iterator); `taken` is called each time the engine has taken a piece. Once the engine
-    stops reading (`aclose`: the origin reset the stream, or answered before the body's end),
-    what is buffered and what the client still sends are dropped, so that the client is not
-    held back (`EngineChannel.drain`) for a body nobody will send."""
+    own iterator); `taken` is called each time the engine has taken a piece, `waits` each time
+    it has to wait for the client's next one. Once the engine stops reading (`aclose`: the
+    origin reset the stream, or answered before the body's end), what is buffered and what the
+    client still sends are dropped, so that the client is not held back
+    (`EngineChannel.drain`) for a body nobody will send."""
 
-    def __init__(self, taken: Callable[[], None]) -> None:
+    def __init__(self, taken: Callable[[], None], waits: Callable[[], None] = lambda: None) -> None:
         self.taken = taken
+        self.waits = waits
         self.chunks: collections.deque[bytes] = collections.deque()
         self.buffered = 0
         self.ended = False
@@ -103,8 +110,11 @@ class _BodyStream:
         # The engine waits for the client's next chunk: the origin may be waiting for it too.
         self.awaited = False
         self.ready = asyncio.Event()
+        # When the exchange last moved: a chunk from the client, a piece of the response taken.
+        self.last_progress = time.monotonic()
 
     def put(self, data: bytes) -> None:
+        self.last_progress = time.monotonic()
         if data and not self.abandoned:
             self.chunks.append(data)
             self.buffered += len(data)
@@ -123,6 +133,7 @@ class _BodyStream:
                 raise StopAsyncIteration
             self.ready.clear()
             self.awaited = True
+            self.waits()
             try:
                 await self.ready.wait()
             finally:
@@ -149,9 +160,14 @@ class EngineChannel:
         engine: Engine,
         server: EngineServer,
         client_backlog: Callable[[int], int] = lambda stream_id: 0,
+        client_idle_timeout: float = DEFAULT_CLIENT_IDLE_TIMEOUT,
     ) -> None:
         self.engine = engine
         self.server = server
+        # A client that sends none of its streamed body and takes none of its response this
+        # long ends its exchange, which gives its origin connection (or stream) back.
+        self.client_idle_timeout = client_idle_timeout
+        self._idle_checks: dict[int, asyncio.TimerHandle] = {}
         # Bytes of a stream's response waiting in the client connection's send buffer (an
         # HTTP/2 client whose window is shut), which the client socket's drain does not see.
         self.client_backlog = client_backlog
@@ -173,10 +189,12 @@ class EngineChannel:
         if route is None or self.closed.is_set():
             raise AssertionError("an engine exchange without a route, or on a closed channel")
         body_stream = None
-        if exchange.streamed:
-            body_stream = self._bodies[exchange.stream_id] = _BodyStream(self._check_drained)
-        request = self._requests[exchange.stream_id] = upstream_request(exchange, body_stream)
         stream_id = exchange.stream_id
+        if exchange.streamed:
+            body_stream = self._bodies[stream_id] = _BodyStream(
+                self._check_drained, lambda: self._watch_body(stream_id, state)
+            )
+        request = self._requests[stream_id] = upstream_request(exchange, body_stream)
         request.on_interim = lambda status, fields: self._interim(stream_id, status, fields)
         # Eager: see the module's docstring.
         task = asyncio.Task(
@@ -243,7 +261,40 @@ class EngineChannel:
             del self._tasks[stream_id]
         self._bodies.pop(stream_id, None)
         self._requests.pop(stream_id, None)
+        check = self._idle_checks.pop(stream_id, None)
+        if check is not None:
+            check.cancel()
         self._check_drained()
+
+    def _watch_body(self, stream_id: int, state: FlowState) -> None:
+        """The engine waits for the client's next body chunk: unless the exchange moves within
+        the client idle timeout, it ends (`_body_idle`)."""
+        if stream_id in self._idle_checks:
+            return
+        body = self._bodies.get(stream_id)
+        if body is None:
+            return
+        delay = max(body.last_progress + self.client_idle_timeout - time.monotonic(), 0.0)
+        loop = asyncio.get_running_loop()
+        self._idle_checks[stream_id] = loop.call_later(delay, self._body_idle, stream_id, state)
+
+    def _body_idle(self, stream_id: int, state: FlowState) -> None:
+        self._idle_checks.pop(stream_id, None)
+        body, task = self._bodies.get(stream_id), self._tasks.get(stream_id)
+        if body is None or task is None or task.done() or not body.awaited:
+            return  # ended, or moving again (the next wait watches anew)
+        if time.monotonic() - body.last_progress < self.client_idle_timeout:
+            self._watch_body(stream_id, state)  # a piece of the response was taken meanwhile
+            return
+        message = (
+            f"{CLIENT_IDLE} for {self.client_idle_timeout:g} s: none of the rest of its "
+            "request body came"
+        )
+        log.info("%s: exchange ended", message)
+        state.outcome = "client_error"
+        task.cancel()  # the engine ends its side: the origin connection or stream goes
+        error = ResponseProtocolError(stream_id, message, ErrorCode.GENERIC_CLIENT_ERROR)
+        self._hand_over(StreamResponse(stream_id, [error], lambda _: None))
 
     def _check_drained(self) -> None:
         if not self._drained.is_set() and all(
@@ -272,6 +323,12 @@ class EngineChannel:
         state.assignment = request.assignment
         try:
             await self._relay(exchange, response, route.read_timeout)
+        except ClientStalled as e:
+            response.abort()
+            state.outcome = "client_error"
+            log.info("%s: response cut off", e)
+            error = ResponseProtocolError(stream_id, str(e), ErrorCode.CLIENT_DISCONNECTED)
+            await self._inject(stream_id, [error])
         except UpstreamError as e:
             response.abort()
             log.warning("response broken off: %s", e)
@@ -314,6 +371,9 @@ class EngineChannel:
                 response.abort()  # the client side is gone
                 return
             await self._client_drained(stream_id)
+            body = self._bodies.get(stream_id)
+            if body is not None:
+                body.last_progress = time.monotonic()  # the client took a piece
             chunk = await self._next_piece(stream_id, response, read_timeout)
             if not chunk:
                 batch, ended = [], True
@@ -456,16 +516,25 @@ class EngineChannel:
         drained, and an HTTP/2 stream's send buffer is below CLIENT_BACKLOG_HIGH. The latter
         opens only when the client's WINDOW_UPDATE arrives, which no event here reports: it is
         looked at again every few milliseconds, and only while a slow HTTP/2 client holds a
-        stream back."""
+        stream back. ClientStalled if the client takes nothing for the client idle timeout."""
         io = self.handler.transports.get(self.handler.client) if self.handler else None
         writer = io.writer if io is not None else None
-        if writer is not None and not writer.is_closing():
-            with contextlib.suppress(ConnectionError):
-                await writer.drain()
-        pause = 0.005
-        while not self.closed.is_set() and self.client_backlog(stream_id) > CLIENT_BACKLOG_HIGH:
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 0.1)
+        try:
+            async with asyncio.timeout(self.client_idle_timeout):
+                if writer is not None and not writer.is_closing():
+                    with contextlib.suppress(ConnectionError):
+                        await writer.drain()
+                pause = 0.005
+                while (
+                    not self.closed.is_set()
+                    and self.client_backlog(stream_id) > CLIENT_BACKLOG_HIGH
+                ):
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, 0.1)
+        except TimeoutError:
+            raise ClientStalled(
+                f"{CLIENT_IDLE} for {self.client_idle_timeout:g} s: it took none of its response"
+            ) from None
 
 
 def _take_arrived(response: UpstreamResponse, stream_id: int, batch: list[HttpEvent]) -> bool:

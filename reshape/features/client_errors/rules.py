@@ -41,6 +41,11 @@ CLIENT_ERROR_KINDS: Final = (
 DEFAULT_MAX_HEAD_BYTES = 64 * 1024
 # A client must finish a request head within this many seconds (nginx: client_header_timeout 60).
 DEFAULT_HEADER_TIMEOUT = 30.0
+# An exchange whose client sends none of its request body and takes none of its response for
+# this long ends (Envoy's stream_idle_timeout; nginx's client_body_timeout and send_timeout are
+# 60 s, short for gRPC streams that idle between messages): a stalled client must not hold a
+# connection of the shared pool for good.
+DEFAULT_CLIENT_IDLE_TIMEOUT = 300.0
 
 # The messages mitmproxy 12.2.3 puts into flow.error (proxy/layers/http/__init__.py
 # `validate_request`, net/http/validate.py, net/http/http1/read.py, _http1.py `read_body`).
@@ -79,16 +84,19 @@ def classify_flow_error(message: str, request_complete: bool) -> str | None:
 CLIENT_CONNECTION_CLOSED = "Client connection closed: "
 # mitmproxy 12.2.3's message for a flow whose HTTP/2 stream the client reset (_http2.py).
 _STREAM_RESET_BY_CLIENT = "stream reset by client"
+# The start of the error of an exchange ended for its client's idleness (mitm/engine_channel.py).
+CLIENT_IDLE = "client idle"
 
 
 def outcome_by_client(message: str) -> str | None:
     """The request outcome of a flow ended by the client without a client error of its own:
     `client_aborted` when the client reset its stream, `client_error` when the client's
     connection was closed for a flood or protocol error (counted once per connection, in
-    reshape_client_errors_total); None when the message says neither."""
+    reshape_client_errors_total) or its exchange ended for the client's idleness (not counted
+    there: no bad input); None when the message says neither."""
     if message.startswith(_STREAM_RESET_BY_CLIENT):
         return "client_aborted"
-    if message.startswith(CLIENT_CONNECTION_CLOSED):
+    if message.startswith(CLIENT_CONNECTION_CLOSED) or message.startswith(CLIENT_IDLE):
         return "client_error"
     return None
 

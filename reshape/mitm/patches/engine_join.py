@@ -45,6 +45,7 @@ from mitmproxy.proxy.layers.http import (
 from mitmproxy.proxy.layers.http._http_h2 import BufferedH2Connection
 
 from reshape.base.flowstate import state_of
+from reshape.features.client_errors.rules import DEFAULT_CLIENT_IDLE_TIMEOUT
 from reshape.mitm.engine_channel import EngineChannel
 from reshape.mitm.engine_client import EngineClient, EngineServer
 from reshape.mitm.patches.base import Patch, Replacement
@@ -65,10 +66,16 @@ _SERVERS = "_reshape_engine_servers"
 class JoinEngine(Patch):
     """Carry the requests `router` routes through `engine`, in process."""
 
-    def __init__(self, engine: Engine, router: Router) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        router: Router,
+        client_idle_timeout: float = DEFAULT_CLIENT_IDLE_TIMEOUT,
+    ) -> None:
         super().__init__()
         self.engine = engine
         self.router = router
+        self.client_idle_timeout = client_idle_timeout
 
     def replacements(self) -> Iterable[Replacement]:
         yield from self._get_connection()
@@ -110,7 +117,10 @@ class JoinEngine(Patch):
             context = self.context.fork()
             context.server = engine_server
             channel = engine_server.channel = EngineChannel(
-                join.engine, engine_server, lambda stream_id: _client_backlog(self, stream_id)
+                join.engine,
+                engine_server,
+                lambda stream_id: _client_backlog(self, stream_id),
+                join.client_idle_timeout,
             )
             engine_server.open_in_place = lambda handler: _open(engine_server, channel, handler)
             layer = EngineClient(

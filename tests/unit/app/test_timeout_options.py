@@ -1,5 +1,5 @@
-"""`reshape run --client-header-timeout S`, `--origin-connect-timeout S`, `--origin-read-timeout S`:
-checked at start-up, passed to the workers."""
+"""`reshape run --client-header-timeout S`, `--client-idle-timeout S`, `--origin-connect-timeout S`,
+`--origin-read-timeout S`: checked at start-up, passed to the workers."""
 
 from __future__ import annotations
 
@@ -9,10 +9,18 @@ import pytest
 
 from reshape.app.config import RunConfig
 from reshape.cli import main
-from reshape.features.client_errors.rules import DEFAULT_HEADER_TIMEOUT
+from reshape.features.client_errors.rules import (
+    DEFAULT_CLIENT_IDLE_TIMEOUT,
+    DEFAULT_HEADER_TIMEOUT,
+)
 from reshape.policy.schema import UpstreamKnobs
 
-OPTIONS = ["--client-header-timeout", "--origin-connect-timeout", "--origin-read-timeout"]
+OPTIONS = [
+    "--client-header-timeout",
+    "--client-idle-timeout",
+    "--origin-connect-timeout",
+    "--origin-read-timeout",
+]
 
 
 @pytest.mark.parametrize("option", OPTIONS)
@@ -39,6 +47,7 @@ def test_the_default_and_the_worker_handover(monkeypatch: pytest.MonkeyPatch) ->
         drain_seconds=1.0,
     )
     assert config.client_header_timeout == DEFAULT_HEADER_TIMEOUT
+    assert config.client_idle_timeout == DEFAULT_CLIENT_IDLE_TIMEOUT
     # mitmproxy's own connections default to the pool's timeouts.
     pool = UpstreamKnobs()
     assert (config.origin_connect_timeout, config.origin_read_timeout) == (
@@ -47,6 +56,7 @@ def test_the_default_and_the_worker_handover(monkeypatch: pytest.MonkeyPatch) ->
     )
     changed = {
         "client_header_timeout": 2.5,
+        "client_idle_timeout": 7.5,
         "origin_connect_timeout": 3.0,
         "origin_read_timeout": 4,
     }
@@ -55,3 +65,4 @@ def test_the_default_and_the_worker_handover(monkeypatch: pytest.MonkeyPatch) ->
     worker = worker_config()
     assert (worker.client_header_timeout, worker.origin_connect_timeout) == (2.5, 3.0)
     assert worker.origin_read_timeout == 4
+    assert worker.client_idle_timeout == 7.5
