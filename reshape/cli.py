@@ -279,8 +279,11 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         raise UsageError(f"--log-level / RESHAPE_LOG_LEVEL: expected one of {', '.join(LEVELS)}")
     if args.log_format not in FORMATS:
         raise UsageError(f"--log-format / RESHAPE_LOG_FORMAT: expected one of {', '.join(FORMATS)}")
-    if args.workers < 1:
-        raise UsageError(f"--workers must be at least 1, got {args.workers}")
+    if not 1 <= args.workers <= defaults.MAX_WORKERS:
+        raise UsageError(
+            f"--workers must be 1 to {defaults.MAX_WORKERS} (one per core is usual), "
+            f"got {args.workers}"
+        )
     for option in (
         "client_header_timeout",
         "client_idle_timeout",

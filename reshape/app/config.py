@@ -18,6 +18,10 @@ from reshape.policy.schema import UpstreamKnobs
 DEFAULT_ORIGIN_CONNECT_TIMEOUT = UpstreamKnobs().connect_timeout
 DEFAULT_ORIGIN_READ_TIMEOUT = UpstreamKnobs().read_timeout
 
+# More proxy processes than this is a typo: each holds ~90 MB and pools of its own, and they
+# start one after another (~1.5 s each).
+MAX_WORKERS = 64
+
 DEFAULT_LISTEN = "127.0.0.1:8080"
 DEFAULT_ADMIN = "127.0.0.1:9464"
 # The policy shipped inside the package: `reshape run` works from any directory.

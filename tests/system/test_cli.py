@@ -132,7 +132,8 @@ def test_bad_upstream_ca(tmp_path: Path) -> None:
     [
         (["--listen", "nonsense"], "--listen: expected HOST:PORT"),
         (["--admin", "127.0.0.1:99999"], "--admin: port must be 0-65535"),
-        (["--workers", "0"], "--workers must be at least 1"),
+        (["--workers", "0"], "--workers must be 1 to 64 (one per core is usual), got 0"),
+        (["--workers", "100000"], "--workers must be 1 to 64"),
     ],
 )
 def test_bad_arguments(tmp_path: Path, args: list[str], needle: str) -> None:
