@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import h11
@@ -66,10 +67,20 @@ class LargeAnswers(ScriptedOrigin):
             conn.start_next_cycle()
 
 
-def start(start_reshape: StartProxy, tmp_path: Path) -> RunningProxy:
+@pytest.fixture
+def capped(
+    start_reshape: StartProxy, tmp_path: Path
+) -> Iterator[tuple[RunningProxy, LargeAnswers]]:
+    """reshape with a 1 s client idle timeout, and its origin capped at one connection."""
     policy = tmp_path / "capped.yaml"
     policy.write_text(POLICY)
-    return start_reshape("--client-idle-timeout", str(IDLE), policy=policy)
+    with LargeAnswers(HOST) as origin:
+        yield start_reshape("--client-idle-timeout", str(IDLE), policy=policy), origin
+
+
+def connect(proxy: RunningProxy) -> socket.socket:
+    host, port = proxy.listen.split(":")
+    return socket.create_connection((host, int(port)), timeout=10)
 
 
 def other_client_gets(proxy: RunningProxy, url: str) -> int:
@@ -79,46 +90,42 @@ def other_client_gets(proxy: RunningProxy, url: str) -> int:
 
 @pytest.mark.slow
 def test_a_stalled_upload_ends_and_frees_its_connection(
-    start_reshape: StartProxy, tmp_path: Path
+    capped: tuple[RunningProxy, LargeAnswers],
 ) -> None:
-    with LargeAnswers(HOST) as origin:
-        proxy = start(start_reshape, tmp_path)
-        host, port = proxy.listen.split(":")
-        with socket.create_connection((host, int(port)), timeout=10) as sock:
-            sock.sendall(
-                f"POST {origin.url('/upload')} HTTP/1.1\r\nHost: {HOST}:{origin.port}\r\n"
-                f"Content-Length: {5 << 20}\r\n\r\n".encode()
-            )
-            sock.sendall(b"u" * (2 << 20))  # over 1 MiB: it streams; then nothing more
-            started = time.monotonic()
-            assert other_client_gets(proxy, origin.url("/other")) == 200
-            answer = b""
-            while chunk := sock.recv(65536):
-                answer += chunk
-            waited = time.monotonic() - started
-        assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
-        assert b"client idle for 1 s: none of the rest of its request body came" in answer
-        assert waited < 10
+    proxy, origin = capped
+    with connect(proxy) as sock:
+        sock.sendall(
+            f"POST {origin.url('/upload')} HTTP/1.1\r\nHost: {HOST}:{origin.port}\r\n"
+            f"Content-Length: {5 << 20}\r\n\r\n".encode()
+        )
+        sock.sendall(b"u" * (2 << 20))  # over 1 MiB: it streams; then nothing more
+        started = time.monotonic()
+        assert other_client_gets(proxy, origin.url("/other")) == 200
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        waited = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert b"client idle for 1 s: none of the rest of its request body came" in answer
+    assert waited < 10
     assert "Traceback" not in proxy.log()
 
 
 @pytest.mark.slow
 def test_a_stalled_download_is_cut_off_and_frees_its_connection(
-    start_reshape: StartProxy, tmp_path: Path
+    capped: tuple[RunningProxy, LargeAnswers],
 ) -> None:
-    with LargeAnswers(HOST) as origin:
-        proxy = start(start_reshape, tmp_path)
-        host, port = proxy.listen.split(":")
-        with socket.create_connection((host, int(port)), timeout=10) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
-            sock.sendall(f"GET {origin.url('/big')} HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
-            assert sock.recv(100).startswith(b"HTTP/1.1 200")
-            # Reads nothing more: the other client's request waits for the one connection.
-            assert other_client_gets(proxy, origin.url("/other")) == 200
-            sock.settimeout(10)
-            received = 0
-            while chunk := sock.recv(1 << 20):  # cut off: the connection ends short
-                received += len(chunk)
-        assert received < 256 << 20
+    proxy, origin = capped
+    with connect(proxy) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        sock.sendall(f"GET {origin.url('/big')} HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
+        assert sock.recv(100).startswith(b"HTTP/1.1 200")
+        # Reads nothing more: the other client's request waits for the one connection.
+        assert other_client_gets(proxy, origin.url("/other")) == 200
+        sock.settimeout(10)
+        received = 0
+        while chunk := sock.recv(1 << 20):  # cut off: the connection ends short
+            received += len(chunk)
+    assert received < 256 << 20
     assert "took none of its response" in proxy.log()
     assert "Traceback" not in proxy.log()
