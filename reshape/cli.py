@@ -520,6 +520,8 @@ def _report(args: argparse.Namespace) -> None:
         raise UsageError("--json and --csv cannot both go to stdout: give one of them a FILE")
     if args.prometheus is None and (args.prometheus_header or args.prometheus_token_file):
         raise UsageError("--prometheus-token-file and --prometheus-header need --prometheus")
+    if args.plot is not None and args.plot.exists() and not args.plot.is_dir():
+        raise UsageError(f"--plot {args.plot}: not a directory")
     headers, token = _prometheus_headers(args)
     report = build_report(
         args.experiment,
@@ -543,7 +545,11 @@ def _report(args: argparse.Namespace) -> None:
     if args.html is not None:
         _write_output(str(args.html), html_report(report))
     if args.plot is not None:
-        for path in write_plots(report, args.plot):
+        try:
+            written = write_plots(report, args.plot)
+        except OSError as e:
+            raise UsageError(f"cannot write the charts to {args.plot}: {e.strerror or e}") from None
+        for path in written:
             print(f"wrote {path}", file=sys.stderr if to_stdout else sys.stdout)
 
 

@@ -46,7 +46,10 @@ def html_report(report: Report) -> str:
     colours = arm_colours(report)
     arms = list(data.arms)
     head = "".join(
-        _arm_heading(arm, colours[arm], ", ".join(sorted(data.arms[arm].policies))) for arm in arms
+        _arm_heading(
+            arm, colours[arm], ", ".join(sorted(data.arms[arm].policies)) or "not recorded"
+        )
+        for arm in arms
     )
     rows = []
     for measure in MEASURES:

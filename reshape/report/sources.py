@@ -98,7 +98,9 @@ def _no_data(experiment: str, seen: Iterable[str], where: str) -> ReshapeError:
 # the request log
 
 
-def _log_records(path: Path) -> Iterator[dict[str, Any]]:
+def _log_records(path: Path, unreadable: list[int]) -> Iterator[dict[str, Any]]:
+    """The records of the log; the lines that are none are counted in `unreadable[0]`, but for
+    a last line cut short (the proxy was killed mid-write), which is skipped silently."""
     try:
         handle = path.open(encoding="utf-8", errors="replace")
     except OSError as e:
@@ -108,9 +110,21 @@ def _log_records(path: Path) -> Iterator[dict[str, Any]]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
-                continue  # a line cut short (the proxy was killed mid-write): skip it
+                if line.endswith("\n"):
+                    unreadable[0] += 1
+                continue
             if isinstance(record, dict):
                 yield record
+            else:
+                unreadable[0] += 1
+
+
+def _measure(value: object) -> float | None:
+    """A latency or a size as a record has it: a finite number, not negative; else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and number >= 0 else None
 
 
 def _epoch(rfc3339: object) -> float | None:
@@ -129,7 +143,9 @@ def load_log(path: Path, experiment: str, since: float | None) -> ExperimentData
     earliest = time.time() - since if since is not None else None
     arms: dict[str, ArmData] = {}
     seen: set[str] = set()
-    for record in _log_records(path):
+    unreadable = [0]
+    bad_values = 0  # records of the experiment with a latency or size that is no measure
+    for record in _log_records(path, unreadable):
         label = record.get("arm")
         if not isinstance(label, str):
             continue
@@ -144,7 +160,9 @@ def load_log(path: Path, experiment: str, since: float | None) -> ExperimentData
         data = arms.setdefault(name, ArmData(name, bytes_values=[], latencies=[]))
         assert data.bytes_values is not None and data.latencies is not None
         data.requests += 1
-        data.policies.add(str(record.get("policy")))
+        policy = record.get("policy")
+        if isinstance(policy, str):
+            data.policies.add(policy)
         if record.get("outcome") != "ok":
             data.errors += 1
         queued = record.get("queued")
@@ -154,24 +172,38 @@ def load_log(path: Path, experiment: str, since: float | None) -> ExperimentData
         if isinstance(kind, str):
             data.connection_known = (data.connection_known or 0) + 1
             data.new_connections = (data.new_connections or 0) + (kind == "new")
-        size = record.get("bytes")
-        if isinstance(size, int | float):
+        size, latency = _measure(record.get("bytes")), _measure(record.get("transaction_seconds"))
+        if size is not None:
             data.bytes_total += size
-            data.bytes_values.append(float(size))
-        latency = record.get("transaction_seconds")
-        if isinstance(latency, int | float):
-            data.latencies.append(float(latency))
+            data.bytes_values.append(size)
+        if latency is not None:
+            data.latencies.append(latency)
+        bad_values += (size is None and record.get("bytes") is not None) or (
+            latency is None and record.get("transaction_seconds") is not None
+        )
     if not arms:
         window = f" (last {since:g} s)" if since is not None else ""
         if any(_arm_name(label, experiment) for label in seen):
             raise ReshapeError(f"no requests of experiment {experiment!r} in {path}{window}")
+        if not seen and unreadable[0]:
+            raise ReshapeError(
+                f"no experiment data in {path}: none of its {unreadable[0]} lines is a request "
+                "record (one JSON object a line, as --request-log writes them; a compressed "
+                "log must be decompressed first)"
+            )
         raise _no_data(experiment, seen, str(path))
     for data in arms.values():
         assert data.latencies is not None
         data.latencies.sort()
         if data.queued is not None and data.requests:
             data.queued = min(data.queued, data.requests)
-    return ExperimentData(experiment, f"request log {path}", dict(sorted(arms.items())))
+    skipped = [
+        f"{unreadable[0]} lines that are no request record" if unreadable[0] else "",
+        f"{bad_values} records' negative or non-finite latencies or sizes" if bad_values else "",
+    ]
+    note = "; ".join(filter(None, skipped))
+    source = f"request log {path}" + (f" (skipped: {note})" if note else "")
+    return ExperimentData(experiment, source, dict(sorted(arms.items())))
 
 
 # Prometheus

@@ -260,7 +260,8 @@ def mann_whitney(a: Sequence[float], b: Sequence[float]) -> Comparison:
     method: str | scipy_stats.PermutationMethod
     if not ties and n1 * n2 <= EXACT_MAX_PRODUCT:
         method, name = "exact", "Mann-Whitney U, exact"
-    elif ties and math.comb(n1 + n2, n1) <= PERMUTATION_MAX_SPLITS:
+    elif ties and min(n1, n2) >= 2 and math.comb(n1 + n2, n1) <= PERMUTATION_MAX_SPLITS:
+        # (scipy's permutation test refuses a sample of one observation)
         method = scipy_stats.PermutationMethod(n_resamples=math.inf)
         name = "Mann-Whitney U, exact with ties"
     else:

@@ -8,7 +8,10 @@ from reshape.report.analysis import ALPHA, MEASURES, Estimate, Report
 
 def text_report(report: Report) -> str:
     arms = list(report.data.arms)
-    described = [f"{a} (policy {', '.join(sorted(report.data.arms[a].policies))})" for a in arms]
+    described = [
+        f"{a} (policy {', '.join(sorted(report.data.arms[a].policies)) or 'not recorded'})"
+        for a in arms
+    ]
     lines = [
         f"experiment {report.data.experiment} — {report.data.source}",
         f"arms: {'; '.join(described)}; reference: {report.reference}; [95% intervals]",

@@ -3,6 +3,7 @@ outputs and its errors: tests/system/report/test_report.py."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from pathlib import Path
@@ -11,9 +12,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from reshape.base.errors import UsageError
+from reshape.base.errors import ReshapeError, UsageError
+from reshape.cli import main
 from reshape.report import build_report
 from reshape.report.charts import write_plots
+from reshape.report.export import report_document
 from reshape.report.sources import parse_duration
 from reshape.report.text import text_report
 
@@ -76,6 +79,47 @@ def test_plots_are_readable_png_charts(tmp_path: Path) -> None:
     with Image.open(tmp_path / "plots" / "exp-connections.png") as image:
         pixels = {tuple(p) for p in np.asarray(image.convert("RGB")).reshape(-1, 3)}
     assert {(0x00, 0x72, 0xB2), (0xE6, 0x9F, 0x00)} <= pixels  # both arms' bars
+
+
+def test_lines_and_values_that_are_no_measure_are_skipped_and_said(tmp_path: Path) -> None:
+    """A damaged log is reported from what is readable, and the report's heading says what was
+    left out; a negative or non-finite latency or size is no measure (they made the medians NaN
+    and the JSON output invalid)."""
+    log = tmp_path / "log.jsonl"
+    write_log(log, {"control": ("a", 0.5), "treatment": ("b", 0.5)}, 20, 4)
+    bad = {"arm": "exp:treatment", "policy": "b", "outcome": "ok", "bytes": 10}
+    with log.open("a") as handle:
+        handle.write("garbage\n[1, 2]\n")
+        handle.write(json.dumps({**bad, "transaction_seconds": -5}) + "\n")
+        handle.write(json.dumps({**bad, "transaction_seconds": float("nan")}) + "\n")
+    report = build_report("exp", log=log)
+    assert report.data.source.endswith(
+        "(skipped: 3 lines that are no request record; "
+        "2 records' negative or non-finite latencies or sizes)"
+    )  # the two added here and write_log's cut line, which is not the last
+    assert report.estimates["treatment"]["requests"].value == 22
+    json.dumps(report_document(report), allow_nan=False)  # every number is one
+
+
+def test_a_file_of_no_records_says_so(tmp_path: Path) -> None:
+    log, packed = tmp_path / "log.jsonl", tmp_path / "log.jsonl.gz"
+    write_log(log, {"control": ("a", 0.5), "treatment": ("b", 0.2)}, 100, 6)
+    packed.write_bytes(gzip.compress(log.read_bytes()))  # a rotated log, still compressed
+    with pytest.raises(ReshapeError, match=r"none of its \d+ lines is a request record"):
+        build_report("exp", log=packed)
+
+
+def test_plots_into_a_file_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "log.jsonl"
+    write_log(log, {"control": ("a", 0.5), "treatment": ("b", 0.2)}, 5, 5)
+    (tmp_path / "a-file").write_text("x")
+    status = main(
+        ["report", "--experiment", "exp", "--log", str(log), "--plot", str(tmp_path / "a-file")]
+    )
+    assert status == 2
+    assert "--plot " + str(tmp_path / "a-file") + ": not a directory" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

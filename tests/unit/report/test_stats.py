@@ -62,6 +62,16 @@ def test_mann_whitney_with_ties_is_exact_not_approximate() -> None:
     assert exact is not None and exact != pytest.approx(approximate, rel=1e-3)
 
 
+def test_mann_whitney_with_ties_and_a_sample_of_one() -> None:
+    """A low-weight arm's first request, the other arm's latencies tied: scipy's permutation
+    test refuses a sample of one ("internal error" from `reshape report`); the normal
+    approximation answers."""
+    result = stats.mann_whitney([0.001, 0.002, 0.002, 0.003, 0.004], [0.005])
+    assert result.test == "Mann-Whitney U, normal approx."
+    expected = scipy_stats.mannwhitneyu([0.001, 0.002, 0.002, 0.003, 0.004], [0.005]).pvalue
+    assert result.p_value == pytest.approx(min(1.0, expected))
+
+
 def test_mann_whitney_degenerate_samples() -> None:
     assert stats.mann_whitney([], [1.0]).p_value is None
     assert stats.mann_whitney([2.0, 2.0], [2.0, 2.0, 2.0]).p_value == 1.0
