@@ -9,7 +9,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from reshape.base.errors import UsageError
 from reshape.policy.decode import Decoder, Problem, _line_of
-from reshape.policy.schema import PolicyFile
+from reshape.policy.schema import PolicyFile, label_problem
 
 
 class PolicyFileError(UsageError):
@@ -89,4 +89,7 @@ def _check_references(policy_file: PolicyFile, document: object, decoder: Decode
         elif sum(arm.weight for arm in experiment.arms.values()) == 0:
             decoder.fail(line, f"experiments[{i}].arms", "weights must not all be 0")
         for arm_name, arm in experiment.arms.items():
+            problem = label_problem(arm_name)
+            if problem is not None:
+                decoder.fail(line, f"experiments[{i}].arms.{arm_name}", problem)
             known(arm.policy, f"experiments[{i}].arms.{arm_name}.policy", line)

@@ -27,6 +27,18 @@ def _glob(value: str) -> str | None:
     return None if value else "expected a non-empty glob pattern"
 
 
+def label_problem(value: str) -> str | None:
+    """An experiment's or an arm's name: the `arm` label is `experiment:arm`, so a colon in
+    either would make two experiments' labels one."""
+    if not value:
+        return "expected a non-empty name"
+    return (
+        f"must not contain ':' (the arm label is experiment:arm), got {value!r}"
+        if ":" in value
+        else None
+    )
+
+
 @dataclass(frozen=True)
 class UpstreamKnobs:
     """The shared pool of origin connections (reshape/upstream/)."""
@@ -377,14 +389,20 @@ class Arm:
     """One arm of an experiment."""
 
     policy: str = knob(doc="Name of a policy under `policies`.")
-    weight: int = knob(doc="Relative share of units assigned to this arm.", minimum=0)
+    # (A bound: the assignment hash has 64 bits; past them a weight split units wrongly.)
+    weight: int = knob(
+        doc="Relative share of units assigned to this arm.", minimum=0, maximum=1_000_000
+    )
 
 
 @dataclass(frozen=True)
 class Experiment:
     """An A/B experiment: units (clients) are assigned to arms by a salted hash."""
 
-    name: str = knob(doc="Experiment name; becomes part of the `arm` metric label.", check=_glob)
+    name: str = knob(
+        doc="Experiment name; becomes part of the `arm` metric label (`name:arm`).",
+        check=label_problem,
+    )
     unit: str = knob(
         doc="What is assigned to an arm: client_ip, header:NAME (a request header's value), or "
         "cookie (a cookie reshape sets itself).",

@@ -117,6 +117,28 @@ def test_rules_and_experiments_decode() -> None:
             "    unit: client_ip\n    arms: {x: {policy: a, weight: -1}}\n",
             "experiments[0].arms.x.weight: must be at least 0, got -1",
         ),
+        (
+            "version: 1\ndefault: a\npolicies: {a: {}}\nexperiments:\n  - name: e\n"
+            "    unit: client_ip\n    arms: {x: {policy: a, weight: 18446744073709551616}}\n",
+            "experiments[0].arms.x.weight: must be at most 1000000, got 18446744073709551616",
+        ),
+        # The arm label is experiment:arm: with a colon, experiments 'a' and 'a:b' mixed.
+        (
+            "version: 1\ndefault: a\npolicies: {a: {}}\nexperiments:\n  - name: 'a:b'\n"
+            "    unit: client_ip\n    arms: {x: {policy: a, weight: 1}}\n",
+            "experiments[0].name: must not contain ':' (the arm label is experiment:arm), "
+            "got 'a:b'",
+        ),
+        (
+            "version: 1\ndefault: a\npolicies: {a: {}}\nexperiments:\n  - name: a\n"
+            "    unit: client_ip\n    arms: {'b:x': {policy: a, weight: 1}}\n",
+            "experiments[0].arms.b:x: must not contain ':'",
+        ),
+        (
+            "version: 1\ndefault: a\npolicies: {a: {}}\nexperiments:\n  - name: ''\n"
+            "    unit: client_ip\n    arms: {x: {policy: a, weight: 1}}\n",
+            "experiments[0].name: expected a non-empty name",
+        ),
         ("version: 1\ndefault: a\npolicies:\n  a: {}\n  a: {}\n", "YAML syntax"),
         ("version: 1\ndefault: [a\n", "line 3: (top level): YAML syntax"),
         ("- just\n- a list\n", "(top level): expected a mapping, got a list"),
