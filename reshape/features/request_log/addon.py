@@ -12,7 +12,7 @@ Fields:
 | `method`, `scheme`, `host` | as the client asked (before the upstream pool re-addresses it) |
 | `status` | response status, null if none |
 | `outcome` | `ok`, `upstream_error`, `client_aborted`, `client_error`, `rejected` |
-| `transaction_seconds` | request ready → first response byte (as `reshape_transaction_seconds`) |
+| `transaction_seconds` | request ready → the origin's first byte (null for reshape's own answers) |
 | `pooled` | whether the shared upstream pool carried it |
 | `upstream_connection` | `new`, `reused`, `multiplexed`; pooled also `pipelined`, `preconnected` |
 | `queued` | pooled: whether it waited for a connection; null for mitmproxy's connections |
@@ -269,7 +269,14 @@ def record(
     state = state_of(flow)
     method, scheme, host = state.asked or (request.method, request.scheme, request.pretty_host)
     transaction = None
-    if response is not None and request.timestamp_end and response.timestamp_start:
+    # As the metric has it: only the origin's responses (reshape's own 403, 502, 503, 504,
+    # whose outcome it set, would count its own microseconds as the origin's wait).
+    if (
+        response is not None
+        and request.timestamp_end
+        and response.timestamp_start
+        and not state.outcome
+    ):
         transaction = round(max(0.0, response.timestamp_start - request.timestamp_end), 6)
     counter = state.byte_counter
     if counter is not None:

@@ -9,6 +9,7 @@ import pytest
 from mitmproxy.test import tflow
 
 from reshape.base.errors import UsageError
+from reshape.base.flowstate import state_of
 from reshape.features.request_log.addon import RequestLogFile, RequestRecords, record
 from reshape.policy.chooser import PolicyChooser
 from reshape.policy.loader import parse_policy_text
@@ -49,3 +50,13 @@ def test_record_fields_of_a_direct_request() -> None:
     assert line["method"] == "GET" and line["host"] == "address"
     assert line["time"].endswith("Z") and line["queued"] is None
     json.dumps(line)
+
+
+def test_reshapes_own_answer_has_no_transaction_time() -> None:
+    """As `reshape_transaction_seconds` leaves them out: a refused destination's 403 took
+    ~25 us of reshape's own, and `reshape report --log` counted it in the arm's latencies."""
+    flow = tflow.tflow(resp=True)
+    PolicyChooser(POLICY).requestheaders(flow)
+    assert record(flow, "ok", pooled=False, kind="new")["transaction_seconds"] is not None
+    state_of(flow).outcome = "rejected"
+    assert record(flow, "rejected", pooled=False, kind=None)["transaction_seconds"] is None
