@@ -142,6 +142,15 @@ class Telemetry:
         self._finish(flow, state.outcome or "ok")
 
     def error(self, flow: http.HTTPFlow) -> None:
+        state = state_of(flow)
+        counter = state.byte_counter
+        if state.in_flight and counter is not None and counter.count:
+            # Relayed before the end came (a client that left mid-body, an origin that broke
+            # off): bytes the client got, as the request log counts them.
+            selection = selection_of(flow)
+            labelled(metrics.response_bytes_total, selection.policy_name, selection.arm).inc(
+                counter.count
+            )
         outcome = error_outcome(flow)
         if outcome == "upstream_error":
             log.warning(
