@@ -192,7 +192,7 @@ class EngineChannel:
         stream_id = exchange.stream_id
         if exchange.streamed:
             body_stream = self._bodies[stream_id] = _BodyStream(
-                self._check_drained, lambda: self._watch_body(stream_id, state)
+                self._check_drained, lambda: self._watch_body(stream_id)
             )
         request = self._requests[stream_id] = upstream_request(exchange, body_stream)
         request.on_interim = lambda status, fields: self._interim(stream_id, status, fields)
@@ -266,7 +266,7 @@ class EngineChannel:
             check.cancel()
         self._check_drained()
 
-    def _watch_body(self, stream_id: int, state: FlowState) -> None:
+    def _watch_body(self, stream_id: int) -> None:
         """The engine waits for the client's next body chunk: unless the exchange moves within
         the client idle timeout, it ends (`_body_idle`)."""
         if stream_id in self._idle_checks:
@@ -276,22 +276,22 @@ class EngineChannel:
             return
         delay = max(body.last_progress + self.client_idle_timeout - time.monotonic(), 0.0)
         loop = asyncio.get_running_loop()
-        self._idle_checks[stream_id] = loop.call_later(delay, self._body_idle, stream_id, state)
+        self._idle_checks[stream_id] = loop.call_later(delay, self._body_idle, stream_id)
 
-    def _body_idle(self, stream_id: int, state: FlowState) -> None:
+    def _body_idle(self, stream_id: int) -> None:
         self._idle_checks.pop(stream_id, None)
         body, task = self._bodies.get(stream_id), self._tasks.get(stream_id)
         if body is None or task is None or task.done() or not body.awaited:
             return  # ended, or moving again (the next wait watches anew)
         if time.monotonic() - body.last_progress < self.client_idle_timeout:
-            self._watch_body(stream_id, state)  # a piece of the response was taken meanwhile
+            self._watch_body(stream_id)  # a piece of the response was taken meanwhile
             return
+        # Its start makes the outcome the client's (client_errors.rules.outcome_by_client).
         message = (
             f"{CLIENT_IDLE} for {self.client_idle_timeout:g} s: none of the rest of its "
             "request body came"
         )
         log.info("%s: exchange ended", message)
-        state.outcome = "client_error"
         task.cancel()  # the engine ends its side: the origin connection or stream goes
         error = ResponseProtocolError(stream_id, message, ErrorCode.GENERIC_CLIENT_ERROR)
         self._hand_over(StreamResponse(stream_id, [error], lambda _: None))
@@ -325,7 +325,6 @@ class EngineChannel:
             await self._relay(exchange, response, route.read_timeout)
         except ClientStalled as e:
             response.abort()
-            state.outcome = "client_error"
             log.info("%s: response cut off", e)
             error = ResponseProtocolError(stream_id, str(e), ErrorCode.CLIENT_DISCONNECTED)
             await self._inject(stream_id, [error])

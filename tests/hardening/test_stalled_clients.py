@@ -108,6 +108,7 @@ def test_a_stalled_upload_ends_and_frees_its_connection(
     assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
     assert b"client idle for 1 s: none of the rest of its request body came" in answer
     assert waited < 10
+    assert proxy.metric("reshape_requests_total", outcome="client_error") == 1
     assert "Traceback" not in proxy.log()
 
 
@@ -128,4 +129,5 @@ def test_a_stalled_download_is_cut_off_and_frees_its_connection(
             received += len(chunk)
     assert received < 256 << 20
     assert "took none of its response" in proxy.log()
+    assert proxy.metric("reshape_requests_total", outcome="client_error") == 1
     assert "Traceback" not in proxy.log()
