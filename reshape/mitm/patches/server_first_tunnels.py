@@ -35,6 +35,7 @@ timeout's spare timers are).
 from __future__ import annotations
 
 import logging
+import typing
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
@@ -50,6 +51,7 @@ from mitmproxy.proxy.layers.http._events import (
 from mitmproxy.utils import human
 
 from reshape.mitm.patches.base import Patch, Replacement
+from reshape.mitm.patches.http1_head_guard import ClientErrorReport
 
 # FTP, SMTP, POP3, NNTP, IMAP, SMTP submission, MySQL: the server sends the first bytes.
 SERVER_FIRST_PORTS = frozenset({21, 25, 110, 119, 143, 587, 3306})
@@ -61,7 +63,6 @@ SILENCE = 1.0
 # What a tunnel's stream gets when its client leaves (HTTP/1: the close; HTTP/2: a reset).
 _TUNNEL_ENDS = (RequestEndOfMessage, RequestProtocolError)
 
-ClientErrorReport = Callable[[str], None]
 Handler = Callable[[events.Event], Generator[Any, Any, None]]
 
 
@@ -129,11 +130,10 @@ class OpenSilentTunnels(Patch):
 
 def _connect_then_answer(stream: HttpStream) -> Generator[Any, Any, None]:
     """mitmproxy's eager branch of `handle_connect_regular`, without its advice on `lazy`."""
-    server = stream.context.server
-    err = yield commands.OpenConnection(server)
+    err = yield commands.OpenConnection(stream.context.server)
     if err:
         stream.flow.response = http.Response.make(
-            502, f"Cannot connect to {human.format_address(server.address)}: {err}"
+            502, f"Cannot connect to {_address(stream)}: {err}"
         )
     stream.child_layer = layer.NextLayer(stream.context)
     yield from stream.handle_connect_finish()
@@ -172,14 +172,14 @@ class _Watch:
             parent.command_sources[self.timer] = _SINK
 
     def _greet(self) -> Generator[Any, Any, None]:
-        stream, server = self.stream, self.stream.context.server
-        tunnel = stream.child_layer
-        if not isinstance(tunnel, layer.NextLayer) or tunnel.layer is not None:
+        if not self._undecided():
             self._stop()
             return
+        stream, server = self.stream, self.stream.context.server
+        tunnel = typing.cast(layer.NextLayer, stream.child_layer)
         if not tunnel.data_client() and server.timestamp_start is None:
             yield commands.Log(
-                f"tunnel to {human.format_address(server.address)}: the client sent nothing in "
+                f"tunnel to {_address(stream)}: the client sent nothing in "
                 f"{self.patch.silence:g} s, connecting for a greeting",
                 logging.DEBUG,
             )
