@@ -18,7 +18,7 @@ import pytest
 from labkit.origins import hypercorn_origin, nginx_origin
 from labkit.pki import OriginPKI
 from labkit.relay import Link, RelayThread, relays
-from tests.support.clients import h2_burst
+from tests.support.clients import exchange, h2_burst
 from tests.support.memory import RssPeak
 from tests.support.reshape_process import RunningProxy, StartProxy
 from tests.support.scripted_origins import (
@@ -554,11 +554,8 @@ def test_an_http10_client_gets_a_body_without_a_length_unframed_to_the_close(
     with ReadToCloseOrigin("127.0.0.8") as origin:
         proxy = start_reshape(policy=policy_file(tmp_path, policy))
         host, port = proxy.proxy_url.removeprefix("http://").split(":")
-        with socket.create_connection((host, int(port)), timeout=10) as client:
-            client.sendall(f"GET {origin.url('/')} HTTP/1.0\r\n\r\n".encode())
-            answer = b""
-            while data := client.recv(65536):  # to the close, as an HTTP/1.0 client reads
-                answer += data
+        # Read to the close, as an HTTP/1.0 client reads.
+        answer = exchange(host, int(port), f"GET {origin.url('/')} HTTP/1.0\r\n\r\n".encode())
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200"), head
     assert b"transfer-encoding" not in head.lower()
